@@ -1,0 +1,57 @@
+"""nvFuser as a torch.compile backend: ``torch.compile(model, backend="nvfuser_dtensor")``.
+
+Importing this package does not import nvFuser; compiling a graph does, and raises
+:class:`NvFuserMissingError` with the pip command to run when it is missing.
+"""
+
+from __future__ import annotations
+
+from ._nvfuser import NvFuserMissingError, available as nvfuser_available
+from .options import Options, OptionsError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NvFuserMissingError",
+    "Options",
+    "OptionsError",
+    "cache_info",
+    "clear_cache",
+    "clear_reports",
+    "nvfuser_available",
+    "nvfuser_dtensor",
+    "reports",
+]
+
+
+def nvfuser_dtensor(gm, example_inputs, options=None, **kwargs):
+    """The dynamo backend (entry point of group ``torch_dynamo_backends``)."""
+    from .backend import nvfuser_dtensor as backend
+
+    return backend(gm, example_inputs, options=options, **kwargs)
+
+
+def reports():
+    """What each aten graph compiled in this process became (regions, fallbacks)."""
+    from .backend import reports as _reports
+
+    return _reports()
+
+
+def clear_reports() -> None:
+    from .backend import clear_reports as _clear
+
+    _clear()
+
+
+def cache_info() -> dict:
+    """Hits, misses and builds of the process-wide FusionDefinition cache."""
+    from .region import FUSION_CACHE
+
+    return FUSION_CACHE.cache_info()
+
+
+def clear_cache() -> None:
+    from .region import FUSION_CACHE
+
+    FUSION_CACHE.clear()

@@ -1,0 +1,73 @@
+"""Lazy access to nvFuser (``nvfuser_direct``) with one clear error when it is missing."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from types import ModuleType
+
+import torch
+
+INSTALL_HINT = (
+    "nvFuser is not installed. Install the wheel that matches your CUDA and torch, e.g.\n"
+    "    pip install 'nvfuser_dtensor_backend[cu128]'   # nvfuser-cu128-torch210\n"
+    "    pip install 'nvfuser_dtensor_backend[cu130]'   # nvfuser-cu130-torch210\n"
+    "(nvFuser wheels exist for Python 3.10 and 3.12 only)."
+)
+
+
+class NvFuserMissingError(ImportError):
+    """Raised when a graph is compiled but ``nvfuser_direct`` cannot be imported."""
+
+
+@functools.cache
+def nvfuser() -> ModuleType:
+    """Return the ``nvfuser_direct`` module, importing it on first use."""
+    try:
+        import nvfuser_direct
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise NvFuserMissingError(f"{INSTALL_HINT}\n(import error: {e})") from e
+    return nvfuser_direct
+
+
+def available() -> bool:
+    try:
+        nvfuser()
+    except NvFuserMissingError:
+        return False
+    return True
+
+
+def version() -> str:
+    mod = sys.modules.get("nvfuser_direct") or nvfuser()
+    return str(getattr(mod, "__version__", "unknown"))
+
+
+@functools.cache
+def dtype_map() -> dict[torch.dtype, object]:
+    """torch dtype -> nvFuser ``DataType`` for every dtype nvFuser can hold."""
+    DT = nvfuser().DataType
+    return {
+        torch.float32: DT.Float,
+        torch.float16: DT.Half,
+        torch.bfloat16: DT.BFloat16,
+        torch.float64: DT.Double,
+        torch.int64: DT.Int,
+        torch.int32: DT.Int32,
+        torch.bool: DT.Bool,
+        torch.complex64: DT.ComplexFloat,
+        torch.complex128: DT.ComplexDouble,
+    }
+
+
+@functools.cache
+def reverse_dtype_map() -> dict[object, torch.dtype]:
+    return {v: k for k, v in dtype_map().items()}
+
+
+def to_nv_dtype(dtype: torch.dtype):
+    return dtype_map()[dtype]
+
+
+def to_torch_dtype(nv_dtype) -> torch.dtype:
+    return reverse_dtype_map()[nv_dtype]

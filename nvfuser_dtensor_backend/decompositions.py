@@ -1,0 +1,45 @@
+"""The decomposition table AOTAutograd lowers with.
+
+Start from PyTorch's core aten decompositions, which break composite ops (rms_norm,
+gelu_backward, silu_backward, linear, softmax.int, ...) into ops we translate, then keep
+whole the ops that have a direct translator (one nvFuser expression each, fewer nodes and
+better numerics) and add the decompositions core aten leaves out.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+
+aten = torch.ops.aten
+
+# Ops that core aten would decompose but that have a translator of their own.
+KEEP = [
+    aten.native_layer_norm_backward.default,  # one translator, reuses the saved mean/rstd
+    aten._softmax_backward_data.default,  # y * (g - sum(g * y))
+    aten._log_softmax_backward_data.default,  # g - exp(y) * sum(g)
+    aten.t.default,  # a permute
+    aten.transpose.int,  # a permute
+    aten.masked_fill.Scalar,  # a where
+    aten.masked_fill.Tensor,  # a where
+    aten.silu.default,  # nvFuser has silu
+    aten.scaled_dot_product_attention.default,  # let dispatch pick flash attention (sdpfa_fwd)
+]
+
+# Ops core aten leaves alone that we want broken up.
+EXTRA = [
+    aten.native_dropout.default,  # rand_like < p, pointwise: fuses with its neighbours
+    aten.native_dropout_backward.default,
+]
+
+
+@functools.cache
+def decomposition_table() -> dict:
+    table = dict(core_aten_decompositions())
+    for op in KEEP:
+        table.pop(op, None)
+    extra = get_decompositions(EXTRA)
+    table.update(extra)
+    return table

@@ -1,0 +1,177 @@
+"""FX region -> nvFuser ``FusionDefinition``.
+
+Each call_function node of a region is translated by the translator that
+:func:`registry.lookup` returns for it; the result is cast to the dtype of the node's
+example value so that every node rounds exactly as aten does (nvFuser computes
+fp16/bf16 in fp32 and returns fp32).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import fx
+
+from . import translators  # noqa: F401  (registers every translator)
+from ._nvfuser import nvfuser, to_nv_dtype
+from .registry import TranslationContext, Translator, lookup
+
+
+class UnsupportedNodeError(RuntimeError):
+    """A node reached translation that lookup() rejects; after partitioning, a bug."""
+
+
+class TranslationError(RuntimeError):
+    """nvFuser rejected a node while the fusion was being defined."""
+
+    def __init__(self, node: fx.Node, cause: BaseException):
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        super().__init__(f"{node.format_node()} -> {type(cause).__name__}: {first}")
+        self.node = node
+        self.cause = cause
+
+
+# Note [Input descriptors]
+# A tensor input is described by (dtype, size-1 mask, contiguity, stride order, is_cpu);
+# sizes other than 1 stay symbolic, so one definition serves every size of that class.
+# A scalar input is described by its Python type.
+
+
+@dataclass(frozen=True)
+class TensorDesc:
+    dtype: torch.dtype
+    size1: tuple[bool, ...]
+    contiguity: tuple
+    stride_order: tuple
+    is_cpu_scalar: bool
+
+    @staticmethod
+    def of(t: torch.Tensor) -> "TensorDesc":
+        contiguity, stride_order = nvfuser().compute_tensor_descriptor(t.shape, t.stride())
+        return TensorDesc(
+            t.dtype,
+            tuple(s == 1 for s in t.shape),
+            tuple(contiguity),
+            tuple(stride_order),
+            t.device.type == "cpu" and t.dim() == 0,
+        )
+
+    def define(self, fd):
+        shape = [1 if one else -1 for one in self.size1]
+        kwargs = dict(shape=shape, contiguity=list(self.contiguity), dtype=to_nv_dtype(self.dtype))
+        if self.is_cpu_scalar:
+            kwargs["is_cpu"] = True
+        if self.stride_order and list(self.stride_order) != list(range(len(shape) - 1, -1, -1)):
+            kwargs["stride_order"] = list(self.stride_order)
+        return fd.define_tensor(**kwargs)
+
+
+@dataclass(frozen=True)
+class ScalarDesc:
+    kind: type
+
+    def define(self, fd):
+        DT = nvfuser().DataType
+        dtype = {bool: DT.Bool, int: DT.Int, float: DT.Double}[self.kind]
+        return fd.define_scalar(None, dtype=dtype)
+
+
+def describe(value) -> TensorDesc | ScalarDesc:
+    if isinstance(value, torch.Tensor):
+        return TensorDesc.of(value)
+    if isinstance(value, (bool, torch.SymBool)):
+        return ScalarDesc(bool)
+    if isinstance(value, (int, torch.SymInt)):
+        return ScalarDesc(int)
+    if isinstance(value, (float, torch.SymFloat)):
+        return ScalarDesc(float)
+    raise TypeError(f"cannot pass {type(value).__name__} to an nvFuser fusion")
+
+
+class RecordingOps:
+    """Proxy of ``fd.ops`` that remembers every Python float it is given.
+
+    The canonical text of a fusion (``repr(fd)``) prints floats with 6 significant
+    digits; the CPU evaluator uses these exact values instead (see evaluator.py).
+    """
+
+    def __init__(self, ops, constants: dict[str, float]):
+        self._ops = ops
+        self._constants = constants
+
+    def __getattr__(self, name):
+        fn = getattr(self._ops, name)
+        constants = self._constants
+
+        def call(*args, **kwargs):
+            for a in (*args, *kwargs.values()):
+                for v in a if isinstance(a, (list, tuple)) else (a,):
+                    if isinstance(v, float):
+                        constants.setdefault("%#g" % abs(v), abs(v))
+            return fn(*args, **kwargs)
+
+        return call
+
+
+@dataclass
+class BuiltFusion:
+    fd: Any
+    constants: dict[str, float]
+    output_index: list[int]  # region output i -> fusion output output_index[i]
+
+
+def _fix_dtype(ctx: TranslationContext, value, expected):
+    """Cast translator results to the dtype of the node's example value."""
+    if isinstance(expected, torch.Tensor):
+        if isinstance(value, nvfuser().TensorView) and value.dtype() != to_nv_dtype(expected.dtype):
+            return ctx.ops.cast(value, dtype=to_nv_dtype(expected.dtype))
+        return value
+    if isinstance(expected, (tuple, list)) and isinstance(value, (tuple, list)):
+        return type(value)(_fix_dtype(ctx, v, e) for v, e in zip(value, expected)) + tuple(value[len(expected):])
+    return value
+
+
+def build_fusion(region: fx.GraphModule, descs: list) -> BuiltFusion:
+    """Translate ``region`` into a new FusionDefinition for inputs described by ``descs``."""
+    nvf = nvfuser()
+    constants: dict[str, float] = {}
+    env: dict[fx.Node, Any] = {}
+    with nvf.FusionDefinition() as fd:
+        ops = RecordingOps(fd.ops, constants)
+        placeholders = [n for n in region.graph.nodes if n.op == "placeholder"]
+        for node, desc in zip(placeholders, descs):
+            env[node] = desc.define(fd)
+        for node in region.graph.nodes:
+            if node.op == "call_function":
+                entry = lookup(node)
+                if not isinstance(entry, Translator):
+                    raise UnsupportedNodeError(entry.reason)
+                args = fx.node.map_arg(node.args, env.__getitem__)
+                kwargs = fx.node.map_arg(node.kwargs, env.__getitem__)
+                ctx = TranslationContext(fd, node, ops)
+                try:
+                    out = entry.fn(ctx, *args, **kwargs)
+                    if node.target is not operator.getitem:
+                        out = _fix_dtype(ctx, out, node.meta.get("val"))
+                except (UnsupportedNodeError, TranslationError):
+                    raise
+                except Exception as e:  # nvFuser raises RuntimeError/TypeError/ValueError
+                    raise TranslationError(node, e) from e
+                env[node] = out
+            elif node.op == "output":
+                outs = node.args[0]
+                outs = outs if isinstance(outs, (list, tuple)) else [outs]
+                index, seen = [], {}
+                for o in outs:
+                    value = env[o]
+                    if not isinstance(value, nvf.TensorView):
+                        raise UnsupportedNodeError(f"region output {o} is not a tensor")
+                    key = id(value)
+                    if key not in seen:
+                        seen[key] = len(seen)
+                        fd.add_output(value)
+                    index.append(seen[key])
+    return BuiltFusion(fd=fd, constants=constants, output_index=index)

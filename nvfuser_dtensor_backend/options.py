@@ -1,0 +1,54 @@
+"""Options accepted through ``torch.compile(..., options={...})``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+
+FALLBACKS = ("eager", "inductor", "error")
+
+
+class OptionsError(ValueError):
+    """Bad ``options`` given to the nvfuser_dtensor backend."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """Backend options.
+
+    Attributes:
+        fallback: what runs the code nvFuser does not: ``"eager"`` (plain PyTorch),
+            ``"inductor"`` (compiled by inductor) or ``"error"`` (raise instead of falling
+            back when a supported region fails in nvFuser).
+        dump_dir: if set, each fusion's nvFuser definition is written there as Python.
+        min_region_size: regions with fewer compute nodes stay in PyTorch.
+        cache_size: how many fusion definitions the process-wide cache keeps.
+    """
+
+    fallback: str = "eager"
+    dump_dir: str | None = None
+    min_region_size: int = 1
+    cache_size: int = 4096
+
+    @staticmethod
+    def from_dict(options: dict[str, Any] | None) -> "Options":
+        options = dict(options or {})
+        names = {f.name for f in fields(Options)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise OptionsError(
+                f"unknown nvfuser_dtensor option(s) {unknown}; valid options are {sorted(names)}"
+            )
+        if "dump_dir" not in options and os.environ.get("NVFUSER_DTENSOR_DUMP"):
+            options["dump_dir"] = os.environ["NVFUSER_DTENSOR_DUMP"]
+        opts = Options(**options)
+        if opts.fallback not in FALLBACKS:
+            raise OptionsError(f"fallback must be one of {FALLBACKS}, got {opts.fallback!r}")
+        if not isinstance(opts.min_region_size, int) or opts.min_region_size < 1:
+            raise OptionsError(f"min_region_size must be a positive int, got {opts.min_region_size!r}")
+        if not isinstance(opts.cache_size, int) or opts.cache_size < 1:
+            raise OptionsError(f"cache_size must be a positive int, got {opts.cache_size!r}")
+        if opts.dump_dir is not None and not isinstance(opts.dump_dir, (str, os.PathLike)):
+            raise OptionsError(f"dump_dir must be a path, got {opts.dump_dir!r}")
+        return opts

@@ -1,0 +1,88 @@
+"""Group supported aten nodes into fusion regions with FX's CapabilityBasedPartitioner."""
+
+from __future__ import annotations
+
+import collections
+import logging
+from dataclasses import dataclass, field
+
+from torch import fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from .registry import Translator, lookup
+
+log = logging.getLogger("nvfuser_dtensor_backend")
+
+
+class NvFuserSupport(OperatorSupportBase):
+    """``is_node_supported`` is exactly "lookup() returned a Translator"."""
+
+    def __init__(self):
+        self.unsupported: dict[fx.Node, str] = {}
+
+    def is_node_supported(self, submodules, node: fx.Node) -> bool:
+        entry = lookup(node)
+        if isinstance(entry, Translator):
+            return True
+        if node.op == "call_function":
+            self.unsupported[node] = entry.reason
+        return False
+
+
+@dataclass
+class PartitionReport:
+    """What the partitioner decided for one aten graph."""
+
+    regions: list[list[str]] = field(default_factory=list)  # op names per region
+    unsupported: collections.Counter = field(default_factory=collections.Counter)  # reason -> count
+    small: int = 0  # regions left to PyTorch for having too little compute
+
+    def summary(self) -> str:
+        lines = [f"{len(self.regions)} nvFuser region(s)"]
+        for i, ops in enumerate(self.regions):
+            counts = collections.Counter(op.split(".")[1] if op.startswith("aten.") else op for op in ops)
+            lines.append(f"  region {i}: {len(ops)} ops ({', '.join(f'{k} x{v}' if v > 1 else k for k, v in counts.items())})")
+        if self.small:
+            lines.append(f"  {self.small} region(s) without compute left to PyTorch")
+        for reason, n in self.unsupported.most_common():
+            lines.append(f"  in PyTorch: {reason}" + (f" (x{n})" if n > 1 else ""))
+        return "\n".join(lines)
+
+
+def _compute_nodes(nodes) -> int:
+    count = 0
+    for n in nodes:
+        entry = lookup(n)
+        if isinstance(entry, Translator) and entry.compute:
+            count += 1
+    return count
+
+
+def partition(gm: fx.GraphModule, min_region_size: int = 1) -> tuple[fx.GraphModule, list[str], PartitionReport]:
+    """Fuse supported nodes of ``gm`` into submodules named ``nvfuser_region_<i>``.
+
+    Returns the rewritten graph module, the names of the region submodules and a report.
+    """
+    support = NvFuserSupport()
+    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+    partitions = partitioner.propose_partitions()
+    report = PartitionReport()
+    kept = []
+    for p in partitions:
+        if _compute_nodes(p.nodes) >= min_region_size:
+            kept.append(p)
+        else:
+            report.small += 1
+    for node, reason in support.unsupported.items():
+        report.unsupported[reason] += 1
+    if not kept:
+        return gm, [], report
+    fused = partitioner.fuse_partitions(kept, prefix="nvfuser_region_")
+    names = []
+    for node in fused.graph.nodes:
+        if node.op == "call_module" and node.target.startswith("nvfuser_region_"):
+            names.append(node.target)
+            sub = getattr(fused, node.target)
+            report.regions.append([str(n.target) for n in sub.graph.nodes if n.op == "call_function"])
+    return fused, names, report

@@ -1,0 +1,209 @@
+"""A fusion region at run time: cached FusionDefinitions, execution, safe fallback.
+
+Note [Lean call path]
+After the first call with a given input layout, ``FusedRegion.__call__`` computes one cheap
+key (dtype, shape, stride, device kind of each tensor), finds the entry for it in a dict and
+calls it: ``fd.execute`` on CUDA, the evaluator on CPU, or the fallback. No graph walking, no
+translation and no descriptor work happens on that path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import warnings
+from collections import OrderedDict
+from typing import Any, Callable
+
+import torch
+from torch import fx
+
+from ._nvfuser import version as nvfuser_version
+from .evaluator import Evaluator
+from .fusion import BuiltFusion, build_fusion, describe
+from .options import Options
+
+log = logging.getLogger("nvfuser_dtensor_backend")
+
+
+class NvFuserFallbackWarning(UserWarning):
+    """A region that was meant for nvFuser runs in PyTorch instead."""
+
+
+class NvFuserRegionError(RuntimeError):
+    """nvFuser failed on a region and ``fallback="error"`` was asked for."""
+
+
+# --- process-wide definition cache ------------------------------------------------------
+# Note [Fusion cache key]
+# (region code, input descriptors, nvFuser version). The region code is the text of the
+# region's FX graph, which holds every constant of the graph (shape arguments included),
+# and the descriptors hold what a definition depends on besides (see fusion.TensorDesc).
+# Sizes other than 1 are not in the key: definitions are shape-symbolic.
+
+
+class FusionCache:
+    def __init__(self, maxsize: int = 4096):
+        self.maxsize = maxsize
+        self._entries: OrderedDict[Any, BuiltFusion] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        self.builds = 0
+
+    def get_or_build(self, key, build: Callable[[], BuiltFusion]) -> BuiltFusion:
+        with self._lock:
+            if key in self._entries:
+                self.hits += 1
+                self._entries.move_to_end(key)
+                return self._entries[key]
+            self.misses += 1
+        built = build()
+        with self._lock:
+            self.builds += 1
+            self._entries[key] = built
+            while len(self._entries) > self.maxsize:
+                self._entries.popitem(last=False)
+        return built
+
+    def cache_info(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses, "builds": self.builds, "size": len(self._entries)}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = self.builds = 0
+
+
+FUSION_CACHE = FusionCache()
+
+_evaluator_announced = False
+
+
+def _announce_evaluator() -> None:
+    global _evaluator_announced
+    if not _evaluator_announced:
+        _evaluator_announced = True
+        log.warning(
+            "nvfuser_dtensor: inputs are on the CPU, so nvFuser cannot run the fusions; a torch "
+            "evaluator of nvFuser's op set runs the fusion definitions nvFuser built instead."
+        )
+
+
+class _NvFuserEntry:
+    __slots__ = ("fd", "index", "single")
+
+    def __init__(self, built: BuiltFusion, single: bool):
+        self.fd = built.fd
+        self.index = built.output_index
+        self.single = single
+
+    def __call__(self, args):
+        outs = self.fd.execute(args)
+        if self.single:
+            return outs[self.index[0]]
+        return tuple(outs[i] for i in self.index)
+
+
+class _EvaluatorEntry(_NvFuserEntry):
+    __slots__ = ("evaluator",)
+
+    def __init__(self, built: BuiltFusion, single: bool):
+        super().__init__(built, single)
+        self.evaluator = Evaluator(built.fd, built.constants)
+
+    def __call__(self, args):
+        outs = self.evaluator(args)
+        if self.single:
+            return outs[self.index[0]]
+        return tuple(outs[i] for i in self.index)
+
+
+class FusedRegion(torch.nn.Module):
+    """Runs one partitioned region of an aten graph as an nvFuser fusion."""
+
+    def __init__(self, name: str, region: fx.GraphModule, options: Options, fallback: Callable | None = None):
+        super().__init__()
+        self.name = name
+        self.region = region
+        self.options = options
+        self._fallback = fallback
+        code = region.code
+        self._code_key = hashlib.sha1(code.encode()).hexdigest()
+        out = next(n for n in region.graph.nodes if n.op == "output").args[0]
+        self._single = not isinstance(out, (tuple, list))
+        self._entries: dict[Any, Callable] = {}
+        self._warned: set[str] = set()
+        self.ops = [str(n.target) for n in region.graph.nodes if n.op == "call_function"]
+        self.fallback_reason: str | None = None
+
+    # The fast path: one dict lookup, then run (see Note [Lean call path]).
+    def forward(self, *args):
+        key = tuple(
+            (a.dtype, a.shape, a.stride(), a.is_cuda) if isinstance(a, torch.Tensor) else type(a) for a in args
+        )
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._prepare(args, key)
+        try:
+            return entry(list(args))
+        except Exception as e:  # nvFuser compile/run errors surface on the first execute
+            if entry is self._run_fallback:
+                raise
+            entry = self._fail(key, f"nvFuser failed at run time: {_first_line(e)}", e)
+            return entry(list(args))
+
+    def _prepare(self, args, key):
+        if len(self._entries) > 64:
+            self._entries.clear()
+        try:
+            descs = tuple(describe(a) for a in args)
+            cache_key = (self._code_key, descs, nvfuser_version())
+            built = FUSION_CACHE.get_or_build(cache_key, lambda: self._build(descs))
+            on_cpu = any(isinstance(a, torch.Tensor) and a.device.type == "cpu" and a.dim() > 0 for a in args)
+            if on_cpu or not any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+                _announce_evaluator()
+                entry = _EvaluatorEntry(built, self._single)
+            else:
+                entry = _NvFuserEntry(built, self._single)
+        except Exception as e:
+            return self._fail(key, f"nvFuser could not define the fusion: {_first_line(e)}", e)
+        self._entries[key] = entry
+        return entry
+
+    def _build(self, descs) -> BuiltFusion:
+        built = build_fusion(self.region, list(descs))
+        if self.options.dump_dir:
+            os.makedirs(self.options.dump_dir, exist_ok=True)
+            n = FUSION_CACHE.builds
+            path = os.path.join(self.options.dump_dir, f"{self.name}_{self._code_key[:8]}_{n}.py")
+            with open(path, "w") as f:
+                f.write(f"# region {self.name}: {', '.join(self.ops)}\n")
+                f.write(f"# inputs: {descs}\n")
+                f.write(repr(built.fd))
+        return built
+
+    def _fail(self, key, reason: str, error: BaseException):
+        if self.options.fallback == "error":
+            raise NvFuserRegionError(f"region {self.name} ({', '.join(self.ops)}): {reason}") from error
+        self.fallback_reason = reason
+        if reason not in self._warned:
+            self._warned.add(reason)
+            warnings.warn(
+                f"nvfuser_dtensor: region {self.name} ({', '.join(self.ops)}) runs in PyTorch: {reason}",
+                NvFuserFallbackWarning,
+                stacklevel=3,
+            )
+        self._entries[key] = self._run_fallback
+        return self._run_fallback
+
+    def _run_fallback(self, args):
+        fn = self._fallback or self.region
+        return fn(*args)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"

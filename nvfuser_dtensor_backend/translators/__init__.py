@@ -1,0 +1,3 @@
+"""Translators, one small function per aten op, grouped by kind. Importing registers them."""
+
+from . import elementwise  # noqa: F401

@@ -1,0 +1,113 @@
+"""Shared test helpers: compile with the backend, compare with eager, inspect regions."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+import nvfuser_dtensor_backend as nb
+from nvfuser_dtensor_backend.region import NvFuserFallbackWarning
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+# Tolerances per dtype for one op (bf16/fp16 results are rounded once from fp32).
+TOLERANCES = {
+    torch.float32: dict(rtol=1.3e-5, atol=1e-5),
+    torch.float64: dict(rtol=1e-7, atol=1e-7),
+    torch.float16: dict(rtol=1e-3, atol=1e-3),
+    torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2),
+}
+
+
+def tol(dtype: torch.dtype, scale: float = 1.0) -> dict:
+    t = TOLERANCES.get(dtype, dict(rtol=0, atol=0))
+    return {k: v * scale for k, v in t.items()}
+
+
+def randn(*shape, dtype=torch.float32, device=DEVICE, requires_grad=False, low=None):
+    """Random, never all-zero test input; integer dtypes draw from [-8, 8)."""
+    if dtype.is_floating_point:
+        t = torch.randn(*shape, dtype=torch.float32, device=device).to(dtype)
+        if low is not None:
+            t = t.abs() + low
+    elif dtype == torch.bool:
+        t = torch.rand(*shape, device=device) > 0.5
+    else:
+        t = torch.randint(-8, 8, shape, device=device, dtype=dtype)
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def compile_fn(fn, **options):
+    torch._dynamo.reset()
+    nb.clear_reports()
+    return torch.compile(fn, backend="nvfuser_dtensor", options=options or None, dynamic=False)
+
+
+def fused_ops() -> list[str]:
+    """Every aten op that went into an nvFuser region since the last compile_fn()."""
+    return [op for r in nb.reports() for ops in r.partition.regions for op in ops]
+
+
+def region_count(kind: str | None = None) -> int:
+    return sum(len(r.partition.regions) for r in nb.reports() if kind in (None, r.kind))
+
+
+def _clone_inputs(inputs):
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            c = x.detach().clone()
+            if x.requires_grad:
+                c.requires_grad_(True)
+            out.append(c)
+        else:
+            out.append(x)
+    return out
+
+
+def assert_close(actual, expected, dtype=None, scale=1.0, msg=""):
+    if isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_close(a, e, dtype, scale, msg)
+        return
+    if not isinstance(expected, torch.Tensor):
+        assert actual == expected
+        return
+    assert actual.dtype == expected.dtype, f"{msg} dtype {actual.dtype} != {expected.dtype}"
+    assert actual.shape == expected.shape, f"{msg} shape {actual.shape} != {expected.shape}"
+    torch.testing.assert_close(actual, expected, **tol(dtype or expected.dtype, scale), msg=msg or None, equal_nan=True)
+
+
+def check_parity(fn, *inputs, expect_ops=(), backward=False, scale=1.0, fused=True, **options):
+    """Compile ``fn`` with the backend, compare outputs (and input grads) with eager.
+
+    ``expect_ops``: aten op names (e.g. "aten.exp.default") that must be inside a region.
+    ``fused``: when True, any NvFuserFallbackWarning fails the test.
+    """
+    eager_inputs = _clone_inputs(inputs)
+    comp_inputs = _clone_inputs(inputs)
+    expected = fn(*eager_inputs)
+    compiled = compile_fn(fn, **options)
+    with warnings.catch_warnings():
+        if fused:
+            warnings.simplefilter("error", NvFuserFallbackWarning)
+        actual = compiled(*comp_inputs)
+    assert_close(actual, expected, scale=scale)
+    ops = fused_ops()
+    for op in expect_ops:
+        assert op in ops, f"{op} was not fused; fused ops: {ops}; reports: {[r.summary() for r in nb.reports()]}"
+    if backward:
+        outs = expected if isinstance(expected, (tuple, list)) else [expected]
+        couts = actual if isinstance(actual, (tuple, list)) else [actual]
+        grads = [torch.randn_like(o) for o in outs]
+        torch.autograd.backward([o for o in outs], grads)
+        with warnings.catch_warnings():
+            if fused:
+                warnings.simplefilter("error", NvFuserFallbackWarning)
+            torch.autograd.backward([o for o in couts], [g.clone() for g in grads])
+        for e, c in zip(eager_inputs, comp_inputs):
+            if isinstance(e, torch.Tensor) and e.requires_grad:
+                assert_close(c.grad, e.grad, scale=scale * 4, msg="grad")
+    return actual
