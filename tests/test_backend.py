@@ -1,0 +1,155 @@
+"""Structure and safety of the backend: regions, splitting, caching, fallbacks, options."""
+
+import warnings
+
+import pytest
+import torch
+
+import nvfuser_dtensor_backend as nb
+from helpers import assert_close, check_parity, compile_fn, fused_ops, randn, region_count
+from nvfuser_dtensor_backend import registry
+from nvfuser_dtensor_backend.region import FUSION_CACHE, NvFuserFallbackWarning, NvFuserRegionError
+
+aten = torch.ops.aten
+
+
+def test_unsupported_op_splits_region_and_stays_right():
+    def f(x):
+        y = torch.exp(x) * 2
+        z = torch.cumsum(y, 1)  # no translator: runs in PyTorch
+        return torch.sin(z) + 1
+
+    x = randn(8, 16)
+    check_parity(f, x, expect_ops=["aten.exp.default", "aten.sin.default"])
+    assert region_count() == 2
+    assert "aten.cumsum.default" not in fused_ops()
+    report = nb.reports()[-1].partition
+    assert any("cumsum" in reason for reason in report.unsupported)
+
+
+def test_new_size_reuses_cached_definition():
+    def f(x, y):
+        return torch.tanh(x * y + 1)
+
+    nb.clear_cache()
+    compiled = compile_fn(f)
+    a, b = randn(8, 32), randn(8, 32)
+    assert_close(compiled(a, b), f(a, b))
+    builds = nb.cache_info()["builds"]
+    assert builds == 1
+    for shape in [(16, 64), (3, 5), (128, 7)]:
+        a, b = randn(*shape), randn(*shape)
+        assert_close(compiled(a, b), f(a, b))
+    info = nb.cache_info()
+    assert info["builds"] == builds, info  # new sizes, same layout: no new definition
+    # A new layout (broadcast dim) is a new definition.
+    a, b = randn(8, 32), randn(1, 32)
+    assert_close(compiled(a, b), f(a, b))
+    assert nb.cache_info()["builds"] == builds + 1
+
+
+def test_fast_path_skips_descriptor_work(monkeypatch):
+    compiled = compile_fn(lambda x: torch.relu(x) * 3)
+    x = randn(4, 4)
+    compiled(x)
+    from nvfuser_dtensor_backend import region as region_mod
+
+    def boom(*a, **k):
+        raise AssertionError("descriptor work on the fast path")
+
+    monkeypatch.setattr(region_mod, "describe", boom)
+    monkeypatch.setattr(region_mod, "build_fusion", boom)
+    assert_close(compiled(x), torch.relu(x) * 3)
+
+
+def _break_translator(monkeypatch, target, exc=RuntimeError("nvFuser says no")):
+    entry = registry.TRANSLATORS[target]
+
+    def broken(ctx, *args, **kwargs):
+        raise exc
+
+    monkeypatch.setitem(registry.TRANSLATORS, target, registry.Translator(broken, entry.check, target))
+
+
+def test_definition_error_falls_back_with_one_warning(monkeypatch):
+    _break_translator(monkeypatch, aten.sin.default)
+    nb.clear_cache()
+    compiled = compile_fn(lambda x: torch.sin(x * 2) + 1)
+    x = randn(4, 8)
+    with pytest.warns(NvFuserFallbackWarning, match=r"aten\.sin\.default.*nvFuser says no") as record:
+        out = compiled(x)
+    assert len([w for w in record if issubclass(w.category, NvFuserFallbackWarning)]) == 1
+    assert_close(out, torch.sin(x * 2) + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NvFuserFallbackWarning)
+        assert_close(compiled(x), torch.sin(x * 2) + 1)  # no second warning
+
+
+def test_fallback_error_option_raises(monkeypatch):
+    _break_translator(monkeypatch, aten.sin.default)
+    nb.clear_cache()
+    compiled = compile_fn(lambda x: torch.sin(x * 2) + 1, fallback="error")
+    with pytest.raises(Exception, match="nvFuser says no"):
+        compiled(randn(4, 8))
+
+
+def test_run_time_error_falls_back(monkeypatch):
+    from nvfuser_dtensor_backend import region as region_mod
+
+    def fail(self, args):
+        raise RuntimeError("kernel launch failed")
+
+    monkeypatch.setattr(region_mod._EvaluatorEntry, "__call__", fail)
+    compiled = compile_fn(lambda x: torch.cos(x) * x)
+    x = randn(5, 7)
+    with pytest.warns(NvFuserFallbackWarning, match="run time.*kernel launch failed"):
+        out = compiled(x)
+    assert_close(out, torch.cos(x) * x)
+
+
+def test_inductor_fallback_for_failed_region(monkeypatch):
+    _break_translator(monkeypatch, aten.sin.default)
+    nb.clear_cache()
+    compiled = compile_fn(lambda x: torch.sin(x * 2) + 1, fallback="inductor")
+    x = randn(4, 8)
+    with pytest.warns(NvFuserFallbackWarning):
+        out = compiled(x)
+    assert_close(out, torch.sin(x * 2) + 1)
+
+
+def test_dump_dir_writes_definitions(tmp_path):
+    nb.clear_cache()
+    compiled = compile_fn(lambda x: torch.exp(x) + 1, dump_dir=str(tmp_path))
+    compiled(randn(3, 3))
+    files = list(tmp_path.glob("*.py"))
+    assert len(files) == 1
+    text = files[0].read_text()
+    assert "fd.ops.exp" in text and "def nvfuser_fusion" in text
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [({"fallbak": "eager"}, "valid options"), ({"fallback": "tvm"}, "fallback must be one of")],
+)
+def test_bad_options_raise_at_compile_time(options, match):
+    compiled = torch.compile(lambda x: x + 1, backend="nvfuser_dtensor", options=options)
+    with pytest.raises(Exception, match=match):
+        compiled(randn(2))
+
+
+def test_region_without_compute_stays_in_pytorch():
+    compiled = compile_fn(lambda x: x.t().reshape(-1))
+    x = randn(4, 6)
+    assert_close(compiled(x), x.t().reshape(-1))
+    assert region_count() == 0
+
+
+def test_lookup_decides_partition_and_translation():
+    # Every node the partitioner puts in a region has a translator (same table).
+    compiled = compile_fn(lambda x, y: torch.where(x > 0, x, y).sum(0) if False else torch.where(x > 0, x, y) * y)
+    compiled(randn(4, 4), randn(4, 4))
+    for report in nb.reports():
+        for region in report.regions:
+            for node in region.region.graph.nodes:
+                if node.op == "call_function":
+                    assert isinstance(registry.lookup(node), registry.Translator)
