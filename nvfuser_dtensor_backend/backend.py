@@ -16,6 +16,7 @@ from typing import Any, Callable
 import torch
 from torch import fx
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from ._nvfuser import nvfuser
@@ -91,7 +92,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
     log.info("nvfuser_dtensor %s", graph_report.summary())
     if options.fallback == "inductor" and not names:
         return _inductor_compile(gm, example_inputs)
-    return fused
+    return make_boxed_func(fused)
 
 
 def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = None, **kwargs) -> Callable:

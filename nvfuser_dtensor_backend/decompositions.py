@@ -26,6 +26,9 @@ KEEP = [
     aten.masked_fill.Tensor,  # a where
     aten.silu.default,  # nvFuser has silu
     aten.scaled_dot_product_attention.default,  # let dispatch pick flash attention (sdpfa_fwd)
+    # Its decomposition (math attention) returns a logsumexp that the un-decomposed
+    # _scaled_dot_product_flash_attention_for_cpu_backward then misreads: wrong gradients.
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
 ]
 
 # Ops core aten leaves alone that we want broken up.

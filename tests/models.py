@@ -1,0 +1,89 @@
+"""Small transformer pieces shared by tests, the demo and the benchmarks."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, d: int, hidden: int, approximate: str = "tanh"):
+        super().__init__()
+        self.fc1 = nn.Linear(d, hidden)
+        self.fc2 = nn.Linear(hidden, d)
+        self.approximate = approximate
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.gate = nn.Linear(d, hidden, bias=False)
+        self.up = nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class HandRMSNorm(nn.Module):
+    """x * rsqrt(mean(x^2) + eps) * weight, written out as in many model codebases."""
+
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d) + 0.1 * torch.randn(d))
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return y.to(x.dtype) * self.weight
+
+
+class Attention(nn.Module):
+    def __init__(self, d: int, heads: int, causal: bool = True):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.heads = heads
+        self.causal = causal
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return self.proj(y.transpose(1, 2).reshape(b, s, d))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block (GPT-2 style)."""
+
+    def __init__(self, d: int, heads: int, mlp_ratio: int = 4):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = Attention(d, heads)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = MLP(d, mlp_ratio * d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class LlamaBlock(nn.Module):
+    """Pre-norm block with RMSNorm and a SwiGLU MLP (Llama style)."""
+
+    def __init__(self, d: int, heads: int, hidden: int | None = None):
+        super().__init__()
+        self.n1 = nn.RMSNorm(d, eps=1e-6)
+        self.attn = Attention(d, heads)
+        self.n2 = HandRMSNorm(d)
+        self.mlp = SwiGLU(d, hidden or 8 * d // 3)
+
+    def forward(self, x):
+        x = x + self.attn(self.n1(x))
+        return x + self.mlp(self.n2(x))
