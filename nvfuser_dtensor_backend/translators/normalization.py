@@ -1,0 +1,105 @@
+"""layer_norm forward/backward, softmax and log_softmax forward/backward.
+
+Everything computes in fp32 for fp16/bf16 inputs (``upcast``); fusion.py rounds each
+result to the node's dtype. Reduced extents come from ``size`` (symbolic), never from meta.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..registry import translator
+from ._common import canonical_dim, upcast
+from .reduction import max_of, numel, sum_of
+
+aten = torch.ops.aten
+
+
+def _layer_norm_axes(x, normalized_shape) -> tuple[list[int], list[int]]:
+    """(outer dims, inner = normalized dims) of ``x``."""
+    axis = x.ndim - len(normalized_shape)
+    return list(range(axis)), list(range(axis, x.ndim))
+
+
+def _bcast_inner(ctx, t, ndim):
+    """A tensor of the normalized shape (weight/bias) -> the input's rank."""
+    if t.ndim == ndim:
+        return t
+    return ctx.ops.broadcast(t, is_broadcast_dim=[True] * (ndim - t.ndim) + [False] * t.ndim)
+
+
+@translator(aten.native_layer_norm.default)
+def native_layer_norm(ctx, x, normalized_shape, weight, bias, eps):
+    x = upcast(ctx, x)
+    _, inner = _layer_norm_axes(x, normalized_shape)
+    var, mean = ctx.ops.var_mean(x, dims=inner, correction=0, keepdim=True)
+    rstd = ctx.ops.rsqrt(ctx.ops.add(var, float(eps)))
+    out = ctx.ops.mul(ctx.ops.sub(x, mean), rstd)
+    if weight is not None:
+        out = ctx.ops.mul(out, _bcast_inner(ctx, upcast(ctx, weight), x.ndim))
+    if bias is not None:
+        out = ctx.ops.add(out, _bcast_inner(ctx, upcast(ctx, bias), x.ndim))
+    return out, mean, rstd
+
+
+@translator(aten.native_layer_norm_backward.default)
+def native_layer_norm_backward(ctx, grad_out, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    grad_out, x, mean, rstd = (upcast(ctx, t) for t in (grad_out, x, mean, rstd))
+    outer, inner = _layer_norm_axes(x, normalized_shape)
+    x_hat = ctx.ops.mul(ctx.ops.sub(x, mean), rstd)
+    grad_x_hat = grad_out
+    if weight is not None:
+        grad_x_hat = ctx.ops.mul(grad_out, _bcast_inner(ctx, upcast(ctx, weight), x.ndim))
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        n = numel(ctx, x, inner)
+        a = ctx.ops.mul(grad_x_hat, n)
+        b = sum_of(ctx, grad_x_hat, inner, keepdim=True)
+        c = ctx.ops.mul(x_hat, sum_of(ctx, ctx.ops.mul(x_hat, grad_x_hat), inner, keepdim=True))
+        inner_grad = ctx.ops.sub(ctx.ops.sub(a, b), c)
+        grad_input = ctx.ops.mul(ctx.ops.div(rstd, n), inner_grad)
+    # NOTE: like aten's decomposition, no weight/bias gradient when weight/bias is None.
+    if output_mask[1] and weight is not None:
+        grad_weight = sum_of(ctx, ctx.ops.mul(grad_out, x_hat), outer)
+    if output_mask[2] and bias is not None:
+        grad_bias = sum_of(ctx, grad_out, outer)
+    return grad_input, grad_weight, grad_bias
+
+
+def _softmax_dim(x, dim) -> list[int]:
+    return [canonical_dim(dim, x.ndim)] if x.ndim else []
+
+
+def _shifted(ctx, x, dim):
+    """(x - max(x, dim), dims): the numerically safe exponent."""
+    x = upcast(ctx, x)
+    dims = _softmax_dim(x, dim)
+    return ctx.ops.sub(x, max_of(ctx, x, dims, keepdim=True)), dims
+
+
+@translator(aten._softmax.default)
+def _softmax(ctx, x, dim, half_to_float):
+    shifted, dims = _shifted(ctx, x, dim)
+    e = ctx.ops.exp(shifted)
+    return ctx.ops.div(e, sum_of(ctx, e, dims, keepdim=True))
+
+
+@translator(aten._log_softmax.default)
+def _log_softmax(ctx, x, dim, half_to_float):
+    shifted, dims = _shifted(ctx, x, dim)
+    lse = ctx.ops.log(sum_of(ctx, ctx.ops.exp(shifted), dims, keepdim=True))
+    return ctx.ops.sub(shifted, lse)
+
+
+@translator(aten._softmax_backward_data.default)
+def _softmax_backward_data(ctx, grad_output, output, dim, input_dtype):
+    g, y = upcast(ctx, grad_output), upcast(ctx, output)
+    dims = _softmax_dim(y, dim)
+    return ctx.ops.mul(y, ctx.ops.sub(g, sum_of(ctx, ctx.ops.mul(g, y), dims, keepdim=True)))
+
+
+@translator(aten._log_softmax_backward_data.default)
+def _log_softmax_backward_data(ctx, grad_output, output, dim, input_dtype):
+    g, y = upcast(ctx, grad_output), upcast(ctx, output)
+    dims = _softmax_dim(y, dim)
+    return ctx.ops.sub(g, ctx.ops.mul(ctx.ops.exp(y), sum_of(ctx, g, dims, keepdim=True)))

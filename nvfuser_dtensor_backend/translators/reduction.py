@@ -1,0 +1,166 @@
+"""Reductions: sum, mean, amax/amin, var/var_mean, prod, any.
+
+Note [Reduction dtypes]
+A reduction accumulates in ``compute_dtype`` of the node's result dtype (fp16/bf16 in
+fp32, integers and bool as aten's result, int64 for sum/prod), so the input is cast first
+and nvFuser's reduction is asked for that dtype; fusion.py rounds the result to the node's
+dtype afterwards. Extents (for mean) are read with ``size`` so the definition stays valid
+for every size of a cached input layout.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import fx
+
+from .._nvfuser import nvfuser, to_nv_dtype
+from ..registry import translator
+from ._common import canonical_dims, cast, compute_dtype, is_tensor, out_dtype, torch_dtype
+
+aten = torch.ops.aten
+
+
+def _rank(x) -> int:
+    return x.ndim if is_tensor(x) else 0
+
+
+def reduce_dims(x, dims) -> list[int]:
+    """aten dims (None, [], int, negative) -> sorted non-negative dims; [] for a 0-d tensor."""
+    if _rank(x) == 0:
+        return []
+    return canonical_dims(dims, _rank(x))
+
+
+def numel(ctx, x, dims):
+    """Product of the extents of ``dims``, as a symbolic nvFuser scalar (1 when empty)."""
+    n = None
+    for d in dims:
+        size = ctx.ops.size(x, d)
+        n = size if n is None else ctx.ops.mul(n, size)
+    return 1 if n is None else n
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return compute_dtype(dtype)
+
+
+def sum_of(ctx, x, dims, keepdim=False, dtype=None):
+    """nvFuser sum in ``dtype`` (default: x's dtype); a cast alone for a 0-d tensor."""
+    dtype = dtype or torch_dtype(x)
+    x = cast(ctx, x, dtype)
+    if not dims:
+        return x
+    return ctx.ops.sum(x, dims=dims, keepdim=keepdim, dtype=to_nv_dtype(dtype))
+
+
+def max_of(ctx, x, dims, keepdim=False):
+    return ctx.ops.max(x, dims=dims, keepdim=keepdim) if dims else x
+
+
+def min_of(ctx, x, dims, keepdim=False):
+    return ctx.ops.min(x, dims=dims, keepdim=keepdim) if dims else x
+
+
+# --- checks ----------------------------------------------------------------------------
+
+
+def _float_result(node: fx.Node) -> str | None:
+    v = node.meta.get("val")
+    v = v[0] if isinstance(v, (tuple, list)) else v
+    if isinstance(v, torch.Tensor) and not v.dtype.is_floating_point:
+        return f"needs a floating-point result, got {v.dtype}"
+    return None
+
+
+def _int_correction(node: fx.Node) -> str | None:
+    reason = _float_result(node)
+    if reason:
+        return reason
+    c = node.kwargs.get("correction")
+    if c is not None and (not isinstance(c, (int, float)) or float(c) != int(c)):
+        return f"non-integer correction {c!r}"
+    return None
+
+
+# --- translators ---------------------------------------------------------------------
+
+
+@translator(aten.sum.dim_IntList)
+def sum(ctx, x, dim=None, keepdim=False, *, dtype=None):
+    return sum_of(ctx, x, reduce_dims(x, dim), keepdim, _acc_dtype(out_dtype(ctx)))
+
+
+@translator(aten.sum.default)
+def sum_default(ctx, x, *, dtype=None):
+    return sum_of(ctx, x, reduce_dims(x, None), False, _acc_dtype(out_dtype(ctx)))
+
+
+@translator(aten.mean.dim, aten.mean.default, check=_float_result)
+def mean(ctx, x, dim=None, keepdim=False, *, dtype=None):
+    dims = reduce_dims(x, dim)
+    total = sum_of(ctx, x, dims, keepdim, _acc_dtype(out_dtype(ctx)))
+    if not dims:
+        return total
+    return ctx.ops.div(total, numel(ctx, x, dims))
+
+
+@translator(aten.amax.default)
+def amax(ctx, x, dim=(), keepdim=False):
+    return max_of(ctx, x, reduce_dims(x, dim), keepdim)
+
+
+@translator(aten.amin.default)
+def amin(ctx, x, dim=(), keepdim=False):
+    return min_of(ctx, x, reduce_dims(x, dim), keepdim)
+
+
+def _var_args(ctx, x, dim, correction):
+    x = cast(ctx, x, _acc_dtype(out_dtype(ctx)))
+    return x, reduce_dims(x, dim), 1 if correction is None else int(correction)
+
+
+def _var_0d(ctx, x, correction):
+    """Variance of one element: 0, or nan once the correction leaves no degrees of freedom."""
+    zero = ctx.ops.mul(x, 0.0)
+    return ctx.ops.div(zero, 0.0) if correction >= 1 else zero
+
+
+@translator(aten.var.correction, check=_int_correction)
+def var(ctx, x, dim=None, *, correction=None, keepdim=False):
+    x, dims, correction = _var_args(ctx, x, dim, correction)
+    if not dims:
+        return _var_0d(ctx, x, correction)
+    return ctx.ops.var(x, dims=dims, correction=correction, keepdim=keepdim)
+
+
+@translator(aten.var_mean.correction, check=_int_correction)
+def var_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
+    x, dims, correction = _var_args(ctx, x, dim, correction)
+    if not dims:
+        return _var_0d(ctx, x, correction), x
+    v, m = ctx.ops.var_mean(x, dims=dims, correction=correction, keepdim=keepdim)
+    return v, m
+
+
+@translator(aten.prod.dim_int)
+def prod(ctx, x, dim, keepdim=False, *, dtype=None):
+    dims = reduce_dims(x, dim)
+    acc = _acc_dtype(out_dtype(ctx))
+    x = cast(ctx, x, acc)
+    return ctx.ops.prod(x, dims=dims, keepdim=keepdim, dtype=to_nv_dtype(acc)) if dims else x
+
+
+@translator(aten.prod.default)
+def prod_default(ctx, x, *, dtype=None):
+    return prod(ctx, x, None, False)
+
+
+@translator(aten.any.dim, aten.any.dims, aten.any.default)
+def any(ctx, x, dim=None, keepdim=False):
+    dims = reduce_dims(x, dim)
+    nonzero = x if torch_dtype(x) == torch.bool else ctx.ops.ne(x, 0)
+    if not dims:
+        return nonzero
+    # NOTE: reduce as Int32 (max of 0/1) rather than relying on a bool max reduction.
+    as_int = ctx.ops.cast(nonzero, dtype=nvfuser().DataType.Int32)
+    return ctx.ops.ne(ctx.ops.max(as_int, dims=dims, keepdim=keepdim), 0)
