@@ -1,0 +1,125 @@
+"""Tensors made from nothing: full/zeros/ones, scalar_tensor, arange, full_like and friends.
+
+They move no data, so they are ``compute=False``: a region of only them stays in PyTorch,
+and they are fused only next to compute. ``empty``-like ops are left alone on purpose
+(their contents are undefined, so PyTorch makes them for free).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import fx
+
+from .._nvfuser import to_nv_dtype
+from ..registry import translator
+from ._common import out_dtype
+
+aten = torch.ops.aten
+
+
+def _factory_kwargs(node: fx.Node) -> str | None:
+    layout = node.kwargs.get("layout")
+    if layout is not None and layout != torch.strided:
+        return f"layout {layout}"
+    if node.kwargs.get("pin_memory"):
+        return "pin_memory"
+    device = node.kwargs.get("device")
+    if device is not None and torch.device(device).type not in ("cuda", "cpu", "meta"):
+        return f"device {device}"
+    memory_format = node.kwargs.get("memory_format")
+    if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
+        return f"memory_format {memory_format}"
+    if node.kwargs.get("requires_grad"):
+        return "requires_grad"
+    return None
+
+
+def _fill(ctx, shape, value):
+    return ctx.ops.full(list(shape), value, to_nv_dtype(out_dtype(ctx)))
+
+
+def _sizes(ctx, a):
+    return [ctx.ops.size(a, d) for d in range(ctx.arg_val(0).dim())]
+
+
+@translator(aten.full.default, check=_factory_kwargs, compute=False)
+def full(ctx, size, fill_value, **kwargs):
+    return _fill(ctx, size, fill_value)
+
+
+@translator(aten.zeros.default, check=_factory_kwargs, compute=False)
+def zeros(ctx, size, **kwargs):
+    return _fill(ctx, size, 0)
+
+
+@translator(aten.ones.default, check=_factory_kwargs, compute=False)
+def ones(ctx, size, **kwargs):
+    return _fill(ctx, size, 1)
+
+
+@translator(aten.scalar_tensor.default, check=_factory_kwargs, compute=False)
+def scalar_tensor(ctx, s, **kwargs):
+    return _fill(ctx, [], s)
+
+
+@translator(aten.full_like.default, check=_factory_kwargs, compute=False)
+def full_like(ctx, a, fill_value, **kwargs):
+    # NOTE: the result is contiguous even where aten's preserve_format would copy a's strides.
+    return _fill(ctx, _sizes(ctx, a), fill_value)
+
+
+@translator(aten.zeros_like.default, check=_factory_kwargs, compute=False)
+def zeros_like(ctx, a, **kwargs):
+    return _fill(ctx, _sizes(ctx, a), 0)
+
+
+@translator(aten.ones_like.default, check=_factory_kwargs, compute=False)
+def ones_like(ctx, a, **kwargs):
+    return _fill(ctx, _sizes(ctx, a), 1)
+
+
+# --- arange ----------------------------------------------------------------------------
+
+
+def _arange_args(node: fx.Node):
+    if node.target is aten.arange.default:
+        return 0, node.args[0], 1
+    if node.target is aten.arange.start:
+        return node.args[0], node.args[1], 1
+    args = list(node.args) + [1] * (3 - len(node.args))
+    return args[0], args[1], args[2]
+
+
+def _check_arange(node: fx.Node) -> str | None:
+    for a in _arange_args(node):
+        if isinstance(a, (fx.Node, torch.SymInt, torch.SymFloat)):
+            return "symbolic arange bound"
+    return _factory_kwargs(node)
+
+
+def _iota(ctx, start, end, step):
+    dtype = out_dtype(ctx)
+    # aten's length: ceil((end - start) / step), computed in double (literals of the code text).
+    length = math.ceil((end - start) / step)
+    if dtype.is_floating_point:
+        start, step = float(start), float(step)
+    else:
+        start, step = int(start), int(step)
+    return ctx.ops.iota(length, start, step, to_nv_dtype(dtype))
+
+
+@translator(aten.arange.default, check=_check_arange, compute=False)
+def arange(ctx, end, **kwargs):
+    return _iota(ctx, 0, end, 1)
+
+
+@translator(aten.arange.start, check=_check_arange, compute=False)
+def arange_start(ctx, start, end, **kwargs):
+    return _iota(ctx, start, end, 1)
+
+
+@translator(aten.arange.start_step, check=_check_arange, compute=False)
+def arange_start_step(ctx, start, end, step=1, **kwargs):
+    return _iota(ctx, start, end, step)

@@ -1,0 +1,220 @@
+"""Views and data movement: reshape, permute, expand, squeeze/unsqueeze, slice, cat, select, split.
+
+Note [Shapes stay symbolic]
+Fusions are cached by the region's code text and an input descriptor that records which
+dims are 1 but not the other sizes. So a translator may read from meta which dims are 1,
+and may use sizes written as literals in the graph (a view's shape list), but every other
+extent comes from ``ctx.ops.size(t, d)``, never from ``node.meta["val"].shape``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import fx
+
+from .._nvfuser import nvfuser
+from ..registry import translator
+from ._common import canonical_dim, cast, is_val, out_dtype, static_ints
+
+aten = torch.ops.aten
+
+# Slice bounds at or beyond this are "to the end" (aten writes sys.maxsize for x[a:]).
+_END = 2**62
+
+
+def _rank(ctx, i: int = 0) -> int:
+    return ctx.arg_val(i).dim()
+
+
+def _input_size1(ctx, i: int = 0) -> list[bool]:
+    return [s == 1 for s in ctx.arg_val(i).shape]
+
+
+def _arg(node: fx.Node, i: int, name: str, default=None):
+    if i < len(node.args):
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+def _is_symbolic(a) -> bool:
+    return isinstance(a, (fx.Node, torch.SymInt))
+
+
+# --- reshape / permute -----------------------------------------------------------------
+
+
+@translator(aten.view.default, aten._unsafe_view.default, aten.reshape.default, compute=False)
+def view(ctx, a, shape):
+    # nvFuser resolves -1 itself, from symbolic sizes.
+    return ctx.ops.reshape(a, list(shape))
+
+
+@translator(aten.permute.default, compute=False)
+def permute(ctx, a, dims):
+    ndim = _rank(ctx)
+    return ctx.ops.permute(a, [canonical_dim(d, ndim) for d in dims])
+
+
+@translator(aten.transpose.int, compute=False)
+def transpose(ctx, a, dim0, dim1):
+    ndim = _rank(ctx)
+    if ndim < 2:
+        return a
+    perm = list(range(ndim))
+    d0, d1 = canonical_dim(dim0, ndim), canonical_dim(dim1, ndim)
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return ctx.ops.permute(a, perm)
+
+
+@translator(aten.t.default, compute=False)
+def t(ctx, a):
+    return ctx.ops.permute(a, [1, 0]) if _rank(ctx) == 2 else a
+
+
+# --- broadcasting ----------------------------------------------------------------------
+
+
+def _check_expand(node: fx.Node) -> str | None:
+    src, size = node.args[0].meta["val"], node.args[1]
+    for s in size[: len(size) - src.dim()]:
+        if isinstance(s, int) and s == -1:
+            return "-1 in a new leading dim of expand"
+    return None
+
+
+@translator(aten.expand.default, check=_check_expand, compute=False)
+def expand(ctx, a, size, implicit=False):
+    size1 = _input_size1(ctx)
+    ndim = len(size1)
+    offset = len(size) - ndim
+    if offset:
+        a = ctx.ops.broadcast(a, [True] * offset + [False] * ndim)
+    shape, expands = [], offset > 0
+    for i, s in enumerate(size):
+        d = i - offset
+        if d >= 0 and (not size1[d] or (isinstance(s, int) and s == -1)):
+            shape.append(ctx.ops.size(a, i))  # an existing dim: its own extent
+        else:
+            shape.append(s)
+            expands = expands or is_val(s) or s != 1
+    return ctx.ops.expand(a, shape) if expands else a
+
+
+@translator(aten.unsqueeze.default, compute=False)
+def unsqueeze(ctx, a, dim):
+    ndim = _rank(ctx) + 1
+    dim = canonical_dim(dim, ndim)
+    return ctx.ops.broadcast(a, [i == dim for i in range(ndim)])
+
+
+def _squeeze(ctx, a, dims):
+    size1 = _input_size1(ctx)
+    if not size1:
+        return a
+    if dims is None:
+        dims = range(len(size1))
+    dims = sorted({canonical_dim(d, len(size1)) for d in dims})
+    # aten leaves dims that are not 1 alone; which dims are 1 is part of the cache key.
+    dims = [d for d in dims if size1[d]]
+    return ctx.ops.squeeze(a, dims) if dims else a
+
+
+@translator(aten.squeeze.dim, compute=False)
+def squeeze_dim(ctx, a, dim):
+    return _squeeze(ctx, a, [dim])
+
+
+@translator(aten.squeeze.dims, compute=False)
+def squeeze_dims(ctx, a, dims):
+    return _squeeze(ctx, a, dims)
+
+
+@translator(aten.squeeze.default, compute=False)
+def squeeze(ctx, a):
+    return _squeeze(ctx, a, None)
+
+
+# --- slicing ---------------------------------------------------------------------------
+
+
+def _bound(ctx, a, dim, b, default):
+    """A slice bound of dim ``dim``: None -> default, negative -> from the end, clamped."""
+    if b is None:
+        b = default
+    if is_val(b):
+        return b
+    if b >= _END:
+        return ctx.ops.size(a, dim)
+    if b < 0:
+        return ctx.ops.maximum(ctx.ops.add(ctx.ops.size(a, dim), b), 0)
+    return b  # nvFuser clamps to the extent
+
+
+def _slice_dim(ctx, a, ndim, dim, start, end):
+    starts = [0] * ndim
+    ends = [ctx.ops.size(a, d) for d in range(ndim)]
+    starts[dim] = _bound(ctx, a, dim, start, 0)
+    ends[dim] = _bound(ctx, a, dim, end, _END)
+    return ctx.ops.slice(a, starts, ends, [1] * ndim)
+
+
+def _check_slice(node: fx.Node) -> str | None:
+    step = _arg(node, 4, "step", 1)
+    if _is_symbolic(step) or step != 1:
+        return "nvFuser slices with step 1 only"
+    for b in (_arg(node, 2, "start"), _arg(node, 3, "end")):
+        if _is_symbolic(b):
+            # NOTE: a symbolic bound may be negative at run time; aten wraps it, nvFuser does not.
+            return "symbolic slice bound"
+    return None
+
+
+@translator(aten.slice.Tensor, check=_check_slice, compute=False)
+def nv_slice(ctx, a, dim=0, start=None, end=None, step=1):
+    ndim = _rank(ctx)
+    return _slice_dim(ctx, a, ndim, canonical_dim(dim, ndim), start, end)
+
+
+@translator(aten.select.int, check=static_ints(1, 2), compute=False)
+def select(ctx, a, dim, index):
+    ndim = _rank(ctx)
+    dim = canonical_dim(dim, ndim)
+    if index < 0:
+        index = ctx.ops.add(ctx.ops.size(a, dim), index)
+    else:
+        index = ctx.fd.define_scalar(index, dtype=nvfuser().DataType.Int)  # select takes a Val
+    return ctx.ops.select(a, index, dim)
+
+
+@translator(aten.split.Tensor, check=static_ints(1, 2), compute=False)
+def split(ctx, a, split_size, dim=0):
+    ndim = _rank(ctx)
+    dim = canonical_dim(dim, ndim)
+    n = len(ctx.val)  # the number of chunks is fixed by the getitems in the code text
+    return tuple(
+        _slice_dim(ctx, a, ndim, dim, i * split_size, (i + 1) * split_size if i < n - 1 else None)
+        for i in range(n)
+    )
+
+
+@translator(aten.split_with_sizes.default, check=static_ints(1, 2), compute=False)
+def split_with_sizes(ctx, a, split_sizes, dim=0):
+    ndim = _rank(ctx)
+    dim = canonical_dim(dim, ndim)
+    out, start = [], 0
+    for i, s in enumerate(split_sizes):
+        end = start + s if i < len(split_sizes) - 1 else None
+        out.append(_slice_dim(ctx, a, ndim, dim, start, end))
+        start += s
+    return tuple(out)
+
+
+@translator(aten.cat.default, compute=False)
+def cat(ctx, tensors, dim=0):
+    ndim = ctx.node.args[0][0].meta["val"].dim()
+    dtype = out_dtype(ctx)
+    # NOTE: aten promotes mixed dtypes; cast each input to the result dtype first.
+    tensors = [cast(ctx, t, dtype) for t in tensors]
+    if len(tensors) == 1:
+        return ctx.ops.set(tensors[0])
+    return ctx.ops.cat(tensors, canonical_dim(dim, ndim))
