@@ -2,3 +2,4 @@
 
 from . import elementwise  # noqa: F401
 from . import reduction, normalization  # noqa: F401
+from . import shape, creation, linalg  # noqa: F401
