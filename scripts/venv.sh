@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Create (first use) and reuse .venv with Python 3.12, with the project installed editable
+# with extras cu128,test,bench. Re-installs only when setup.cfg/setup.py change.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+VENV=.venv
+STAMP="$VENV/.nvfuser_dtensor_install_stamp"
+EXTRAS='.[cu128,test,bench]'
+# nvfuser-cu128-torch210 is built against torch 2.10 and fails to load with 2.11
+# (undefined c10 symbols), while setup.cfg allows torch<2.12: pin the matching torch.
+TORCH_PIN='torch>=2.10,<2.11'
+
+is_py312() {
+    "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1
+}
+
+find_python() {
+    local p
+    # A pyenv shim can be on PATH without a 3.12 selected, so try each candidate.
+    for p in $(command -v python3.12 2>/dev/null) "$HOME"/.pyenv/versions/3.12*/bin/python; do
+        if [ -x "$p" ] && is_py312 "$p"; then
+            echo "$p"
+            return 0
+        fi
+    done
+    return 1
+}
+
+if [ ! -x "$VENV/bin/python" ]; then
+    if ! PY=$(find_python); then
+        echo "scripts/venv.sh: Python 3.12 not found (looked for python3.12 on PATH and ~/.pyenv/versions/3.12*/bin/python)." >&2
+        echo "nvFuser wheels exist for Python 3.10/3.12 only; install Python 3.12 and retry." >&2
+        exit 1
+    fi
+    echo "scripts/venv.sh: creating $VENV with $PY"
+    "$PY" -m venv "$VENV"
+    rm -f "$STAMP"
+fi
+
+if ! is_py312 "$VENV/bin/python"; then
+    echo "scripts/venv.sh: $VENV is not a Python 3.12 environment; remove it ($VENV) and rerun." >&2
+    exit 1
+fi
+
+want=$( (cat setup.cfg setup.py; echo "$EXTRAS $TORCH_PIN") | sha256sum | cut -d' ' -f1)
+have=$(cat "$STAMP" 2>/dev/null || true)
+if [ "$want" != "$have" ]; then
+    echo "scripts/venv.sh: installing $EXTRAS ($TORCH_PIN) into $VENV"
+    log="$VENV/pip-install.log"
+    if ! "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$EXTRAS" "$TORCH_PIN" >"$log" 2>&1; then
+        tail -n 40 "$log" >&2
+        echo "scripts/venv.sh: pip install failed (full log: $log)" >&2
+        exit 1
+    fi
+    echo "$want" >"$STAMP"
+fi
