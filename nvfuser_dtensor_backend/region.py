@@ -121,6 +121,16 @@ class _EvaluatorEntry(_NvFuserEntry):
         return tuple(outs[i] for i in self.index)
 
 
+class _ContiguousEntry:
+    __slots__ = ("inner",)
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __call__(self, args):
+        return self.inner([a.contiguous() if isinstance(a, torch.Tensor) else a for a in args])
+
+
 class FusedRegion(torch.nn.Module):
     """Runs one partitioned region of an aten graph as an nvFuser fusion."""
 
@@ -152,26 +162,47 @@ class FusedRegion(torch.nn.Module):
         except Exception as e:  # nvFuser compile/run errors surface on the first execute
             if entry is self._run_fallback:
                 raise
-            entry = self._fail(key, f"nvFuser failed at run time: {_first_line(e)}", e)
-            return entry(list(args))
+            return self._recover(key, args, entry, e)
+
+    def _make_entry(self, args):
+        descs = tuple(describe(a) for a in args)
+        cache_key = (self._code_key, descs, nvfuser_version())
+        built = FUSION_CACHE.get_or_build(cache_key, lambda: self._build(descs))
+        if any(isinstance(a, torch.Tensor) and a.device.type == "cpu" and a.dim() > 0 for a in args) or not any(
+            isinstance(a, torch.Tensor) and a.is_cuda for a in args
+        ):
+            _announce_evaluator()
+            return _EvaluatorEntry(built, self._single)
+        return _NvFuserEntry(built, self._single)
 
     def _prepare(self, args, key):
         if len(self._entries) > 64:
             self._entries.clear()
         try:
-            descs = tuple(describe(a) for a in args)
-            cache_key = (self._code_key, descs, nvfuser_version())
-            built = FUSION_CACHE.get_or_build(cache_key, lambda: self._build(descs))
-            on_cpu = any(isinstance(a, torch.Tensor) and a.device.type == "cpu" and a.dim() > 0 for a in args)
-            if on_cpu or not any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
-                _announce_evaluator()
-                entry = _EvaluatorEntry(built, self._single)
-            else:
-                entry = _NvFuserEntry(built, self._single)
+            entry = self._make_entry(args)
         except Exception as e:
             return self._fail(key, f"nvFuser could not define the fusion: {_first_line(e)}", e)
         self._entries[key] = entry
         return entry
+
+    def _recover(self, key, args, entry, error):
+        """nvFuser failed at run time: retry with contiguous inputs, else fall back."""
+        strided = any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in args)
+        if strided and not isinstance(entry, _ContiguousEntry):
+            # NOTE: some nvFuser schedulers reject permuted inputs ("Vectorized dim for
+            # producer has to be from an inner most position"); a copy keeps the fusion.
+            contiguous = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
+            try:
+                inner = self._make_entry(contiguous)
+                out = inner(contiguous)
+                self._entries[key] = _ContiguousEntry(inner)
+                log.info("nvfuser_dtensor: region %s runs on contiguous copies of its inputs (%s)",
+                         self.name, _first_line(error))
+                return out
+            except Exception as e:
+                error = e
+        fallback = self._fail(key, f"nvFuser failed at run time: {_first_line(error)}", error)
+        return fallback(list(args))
 
     def _build(self, descs) -> BuiltFusion:
         built = build_fusion(self.region, list(descs))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import nvfuser_dtensor_backend as nb
-from helpers import assert_close, check_parity, compile_fn, fused_ops, randn, region_count
+from helpers import DEVICE, assert_close, check_parity, compile_fn, fused_ops, randn, region_count
 from nvfuser_dtensor_backend import registry
 from nvfuser_dtensor_backend.region import FUSION_CACHE, NvFuserFallbackWarning, NvFuserRegionError
 
@@ -100,6 +100,7 @@ def test_run_time_error_falls_back(monkeypatch):
         raise RuntimeError("kernel launch failed")
 
     monkeypatch.setattr(region_mod._EvaluatorEntry, "__call__", fail)
+    monkeypatch.setattr(region_mod._NvFuserEntry, "__call__", fail)
     compiled = compile_fn(lambda x: torch.cos(x) * x)
     x = randn(5, 7)
     with pytest.warns(NvFuserFallbackWarning, match="run time.*kernel launch failed"):
@@ -153,3 +154,23 @@ def test_lookup_decides_partition_and_translation():
             for node in region.region.graph.nodes:
                 if node.op == "call_function":
                     assert isinstance(registry.lookup(node), registry.Translator)
+
+
+def test_run_time_error_on_strided_inputs_retries_contiguous(monkeypatch):
+    from nvfuser_dtensor_backend import region as region_mod
+
+    real = region_mod._EvaluatorEntry.__call__ if DEVICE == "cpu" else region_mod._NvFuserEntry.__call__
+    cls = region_mod._EvaluatorEntry if DEVICE == "cpu" else region_mod._NvFuserEntry
+
+    def picky(self, args):
+        if any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in args):
+            raise RuntimeError("Vectorized dim for producer has to be from an inner most position")
+        return real(self, args)
+
+    monkeypatch.setattr(cls, "__call__", picky)
+    compiled = compile_fn(lambda x: torch.cos(x) * 2)
+    x = randn(6, 5).t()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NvFuserFallbackWarning)
+        assert_close(compiled(x), torch.cos(x) * 2)
+        assert_close(compiled(x), torch.cos(x) * 2)

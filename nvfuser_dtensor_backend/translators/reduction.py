@@ -15,7 +15,7 @@ from torch import fx
 
 from .._nvfuser import nvfuser, to_nv_dtype
 from ..registry import translator
-from ._common import canonical_dims, cast, compute_dtype, is_tensor, out_dtype, torch_dtype
+from ._common import canonical_dims, cast, compute_dtype, is_tensor, out_dtype, torch_dtype, upcast
 
 aten = torch.ops.aten
 
@@ -53,12 +53,20 @@ def sum_of(ctx, x, dims, keepdim=False, dtype=None):
     return ctx.ops.sum(x, dims=dims, keepdim=keepdim, dtype=to_nv_dtype(dtype))
 
 
+# NOTE: on the H200 (nvFuser 0.2.36) a max/min reduction of a bf16/fp16 tensor fails to
+# compile, and two reductions with different init values (sum and max, max and min) of the
+# same tensor hit "Inconsistent setting of initialization value". So max/min reduce an fp32
+# copy of their own (exact for every low-precision value).
+def _own_copy(ctx, x):
+    return ctx.ops.set(upcast(ctx, x)) if torch_dtype(x) != torch.bool else x
+
+
 def max_of(ctx, x, dims, keepdim=False):
-    return ctx.ops.max(x, dims=dims, keepdim=keepdim) if dims else x
+    return ctx.ops.max(_own_copy(ctx, x), dims=dims, keepdim=keepdim) if dims else x
 
 
 def min_of(ctx, x, dims, keepdim=False):
-    return ctx.ops.min(x, dims=dims, keepdim=keepdim) if dims else x
+    return ctx.ops.min(_own_copy(ctx, x), dims=dims, keepdim=keepdim) if dims else x
 
 
 # --- checks ----------------------------------------------------------------------------
