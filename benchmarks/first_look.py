@@ -80,7 +80,9 @@ def run(device, dtype, iters, backends):
         row = {"case": name}
         for backend in backends:
             torch._dynamo.reset()
-            f = fn if backend == "eager" else torch.compile(fn, backend=backend, dynamic=False)
+            name_, _, flag = backend.partition(":")  # "nvfuser_dtensor:fuse_matmul" sets that option
+            options = {flag: True} if flag else None
+            f = fn if backend == "eager" else torch.compile(fn, backend=name_, options=options, dynamic=False)
             if train:
                 def step(*a, f=f):
                     f(*a).sum().backward()
@@ -97,7 +99,7 @@ def run(device, dtype, iters, backends):
             except Exception as e:  # report, keep going
                 row[backend] = float("nan")
                 print(f"{name} / {backend} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
-            if backend == "nvfuser_dtensor":
+            if name_ == "nvfuser_dtensor":
                 row["regions"] = sum(len(r.partition.regions) for r in nb.reports()[-3:])
         rows.append(row)
         print(_fmt(row, backends), flush=True)
@@ -120,7 +122,7 @@ def main(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--iters", type=int, default=50)
-    p.add_argument("--backends", default="eager,inductor,nvfuser_dtensor")
+    p.add_argument("--backends", default="eager,inductor,nvfuser_dtensor,nvfuser_dtensor:fuse_matmul")
     a = p.parse_args(argv)
     print(f"torch {torch.__version__}, device {a.device}"
           + (f" ({torch.cuda.get_device_name()})" if a.device == "cuda" else ""), flush=True)

@@ -80,7 +80,7 @@ def _region_fallback(sub: fx.GraphModule, options: Options) -> Callable | None:
 
 def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kind: str) -> Callable:
     """Partition an aten graph and swap each region for a FusedRegion."""
-    fused, names, report = partition(gm, options.min_region_size)
+    fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul)
     graph_report = GraphReport(kind=kind, partition=report)
     for name in names:
         sub = getattr(fused, name)

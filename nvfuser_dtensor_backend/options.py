@@ -22,12 +22,17 @@ class Options:
             ``"inductor"`` (compiled by inductor) or ``"error"`` (raise instead of falling
             back when a supported region fails in nvFuser).
         dump_dir: if set, each fusion's nvFuser definition is written there as Python.
+        fuse_matmul: put matmuls (mm/addmm/bmm/linear, flash attention) into nvFuser
+            regions. nvFuser runs them as ATen calls in segments of their own anyway, and
+            inside a region the views around them get materialised, so by default they
+            stay in PyTorch and regions hold the pointwise/reduction work between them.
         min_region_size: regions with fewer compute nodes stay in PyTorch.
         cache_size: how many fusion definitions the process-wide cache keeps.
     """
 
     fallback: str = "eager"
     dump_dir: str | None = None
+    fuse_matmul: bool = False
     min_region_size: int = 1
     cache_size: int = 4096
 
@@ -49,6 +54,8 @@ class Options:
             raise OptionsError(f"min_region_size must be a positive int, got {opts.min_region_size!r}")
         if not isinstance(opts.cache_size, int) or opts.cache_size < 1:
             raise OptionsError(f"cache_size must be a positive int, got {opts.cache_size!r}")
+        if not isinstance(opts.fuse_matmul, bool):
+            raise OptionsError(f"fuse_matmul must be a bool, got {opts.fuse_matmul!r}")
         if opts.dump_dir is not None and not isinstance(opts.dump_dir, (str, os.PathLike)):
             raise OptionsError(f"dump_dir must be a path, got {opts.dump_dir!r}")
         return opts

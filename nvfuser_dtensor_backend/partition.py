@@ -18,11 +18,12 @@ log = logging.getLogger("nvfuser_dtensor_backend")
 class NvFuserSupport(OperatorSupportBase):
     """``is_node_supported`` is exactly "lookup() returned a Translator"."""
 
-    def __init__(self):
+    def __init__(self, fuse_matmul: bool = False):
+        self.fuse_matmul = fuse_matmul
         self.unsupported: dict[fx.Node, str] = {}
 
     def is_node_supported(self, submodules, node: fx.Node) -> bool:
-        entry = lookup(node)
+        entry = lookup(node, self.fuse_matmul)
         if isinstance(entry, Translator):
             return True
         if node.op == "call_function":
@@ -59,12 +60,14 @@ def _compute_nodes(nodes) -> int:
     return count
 
 
-def partition(gm: fx.GraphModule, min_region_size: int = 1) -> tuple[fx.GraphModule, list[str], PartitionReport]:
+def partition(
+    gm: fx.GraphModule, min_region_size: int = 1, fuse_matmul: bool = False
+) -> tuple[fx.GraphModule, list[str], PartitionReport]:
     """Fuse supported nodes of ``gm`` into submodules named ``nvfuser_region_<i>``.
 
     Returns the rewritten graph module, the names of the region submodules and a report.
     """
-    support = NvFuserSupport()
+    support = NvFuserSupport(fuse_matmul)
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     report = PartitionReport()

@@ -33,12 +33,15 @@ class Translator:
         target: the aten overload.
         compute: False for ops that only move or view data (a region of only such ops is not
             worth a kernel launch and stays in PyTorch).
+        gemm: True for ops nvFuser hands to ATen/cuBLAS in a segment of their own (matmuls,
+            attention); they join regions only with ``options.fuse_matmul``.
     """
 
     fn: Callable[..., Any]
     check: Callable[[fx.Node], str | None] | None
     target: Any
     compute: bool = True
+    gemm: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,12 @@ class Unsupported:
 TRANSLATORS: dict[Any, Translator] = {}
 
 
-def translator(*targets: OpOverload, check: Callable[[fx.Node], str | None] | None = None, compute: bool = True):
+def translator(
+    *targets: OpOverload,
+    check: Callable[[fx.Node], str | None] | None = None,
+    compute: bool = True,
+    gemm: bool = False,
+):
     """Register ``fn`` as the translator of each aten overload in ``targets``."""
 
     def register(fn):
@@ -61,7 +69,7 @@ def translator(*targets: OpOverload, check: Callable[[fx.Node], str | None] | No
                 raise TypeError(f"register an overload, not the packet {target}")
             if target in TRANSLATORS:
                 raise KeyError(f"{target} has two translators")
-            TRANSLATORS[target] = Translator(fn=fn, check=check, target=target, compute=compute)
+            TRANSLATORS[target] = Translator(fn=fn, check=check, target=target, compute=compute, gemm=gemm)
         return fn
 
     return register
@@ -104,13 +112,19 @@ def tensor_reason(t: torch.Tensor) -> str | None:
     return None
 
 
-def lookup(node: fx.Node) -> Translator | Unsupported:
-    """Translator for ``node`` or the reason it cannot be fused."""
+def lookup(node: fx.Node, fuse_matmul: bool = True) -> Translator | Unsupported:
+    """Translator for ``node`` or the reason it cannot be fused.
+
+    ``fuse_matmul=False`` (the partitioner's default, see Options.fuse_matmul) leaves GEMM
+    and attention ops to PyTorch.
+    """
     if node.op != "call_function":
         return Unsupported(f"{node.op} node")
     entry = TRANSLATORS.get(node.target)
     if entry is None:
         return Unsupported(f"no translator for {node.target}")
+    if entry.gemm and not fuse_matmul:
+        return Unsupported(f"{node.target}: matmuls run in PyTorch/cuBLAS (options fuse_matmul=False)")
     if node.target is not operator.getitem:
         devices = set()
         for value in _vals(node):

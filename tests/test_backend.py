@@ -174,3 +174,14 @@ def test_run_time_error_on_strided_inputs_retries_contiguous(monkeypatch):
         warnings.simplefilter("error", NvFuserFallbackWarning)
         assert_close(compiled(x), torch.cos(x) * 2)
         assert_close(compiled(x), torch.cos(x) * 2)
+
+
+def test_matmuls_stay_in_pytorch_unless_fuse_matmul():
+    def f(x, w, b):
+        return torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b))
+
+    x, w, b = randn(8, 16), randn(32, 16), randn(32)
+    check_parity(f, x, w, b, expect_ops=["aten.gelu.default"])
+    assert "aten.addmm.default" not in fused_ops()
+    assert any("fuse_matmul" in r for rep in nb.reports() for r in rep.partition.unsupported)
+    check_parity(f, x, w, b, expect_ops=["aten.addmm.default", "aten.gelu.default"], fuse_matmul=True)

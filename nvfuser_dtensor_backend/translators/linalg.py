@@ -43,12 +43,12 @@ def _ranks(*ranks: int):
     return check
 
 
-@translator(aten.mm.default, check=all_of(_same_float_dtype, _ranks(2, 2)))
+@translator(aten.mm.default, check=all_of(_same_float_dtype, _ranks(2, 2)), gemm=True)
 def mm(ctx, a, b):
     return ctx.ops.matmul(a, b)
 
 
-@translator(aten.bmm.default, check=all_of(_same_float_dtype, _ranks(3, 3)))
+@translator(aten.bmm.default, check=all_of(_same_float_dtype, _ranks(3, 3)), gemm=True)
 def bmm(ctx, a, b):
     return ctx.ops.matmul(a, b)
 
@@ -76,7 +76,7 @@ def _is_linear_bias(ctx) -> bool:
     return bias.dim() == 1 and (bias.shape[0] != 1 or b.shape[1] == 1)
 
 
-@translator(aten.addmm.default, check=all_of(_same_float_dtype, _check_addmm))
+@translator(aten.addmm.default, check=all_of(_same_float_dtype, _check_addmm), gemm=True)
 def addmm(ctx, bias, a, b, beta=1, alpha=1):
     if beta == 1 and alpha == 1 and _is_linear_bias(ctx):
         return ctx.ops.linear(a, ctx.ops.permute(b, [1, 0]), bias)
@@ -103,7 +103,7 @@ def _check_linear(node: fx.Node) -> str | None:
     return None
 
 
-@translator(aten.linear.default, check=all_of(_same_float_dtype, _check_linear))
+@translator(aten.linear.default, check=all_of(_same_float_dtype, _check_linear), gemm=True)
 def linear(ctx, x, w, bias=None):
     return ctx.ops.linear(x, w, bias)
 
@@ -162,7 +162,7 @@ def _check_sdpa_fwd(node: fx.Node) -> str | None:
     return _sdpa_common(node, args[3], node.args[:3])
 
 
-@translator(aten._scaled_dot_product_flash_attention.default, check=_check_sdpa_fwd)
+@translator(aten._scaled_dot_product_flash_attention.default, check=_check_sdpa_fwd, gemm=True)
 def scaled_dot_product_flash_attention(ctx, q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False,
                                        scale=None):
     out, lse, seed, offset = ctx.ops.sdpfa_fwd(q, k, v, dropout_p=float(dropout_p), is_causal=bool(is_causal),
@@ -178,7 +178,7 @@ def _check_sdpa_bwd(node: fx.Node) -> str | None:
     return _sdpa_common(node, node.args[10], node.args[1:4])
 
 
-@translator(aten._scaled_dot_product_flash_attention_backward.default, check=_check_sdpa_bwd)
+@translator(aten._scaled_dot_product_flash_attention_backward.default, check=_check_sdpa_bwd, gemm=True)
 def scaled_dot_product_flash_attention_backward(ctx, grad_out, q, k, v, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
                                                 max_k, dropout_p, is_causal, philox_seed, philox_offset, scale=None):
     # max_q/max_k are the sequence lengths of q and k, which nvFuser reads from the tensors.

@@ -16,21 +16,21 @@ FLOATS = [torch.float32, torch.bfloat16, torch.float16]
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_mm(dtype):
     a, b = randn(8, 16, dtype=dtype, requires_grad=True), randn(16, 4, dtype=dtype, requires_grad=True)
-    check_parity(lambda a, b: (a @ b).relu(), a, b, expect_ops=["aten.mm.default"], backward=True)
+    check_parity(lambda a, b: (a @ b).relu(), a, b, expect_ops=["aten.mm.default"], fuse_matmul=True, backward=True)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_linear_bias(dtype):
     x = randn(2, 3, 16, dtype=dtype, requires_grad=True)
     w, b = randn(8, 16, dtype=dtype, requires_grad=True), randn(8, dtype=dtype, requires_grad=True)
-    check_parity(lambda x, w, b: F.gelu(F.linear(x, w, b)), x, w, b, expect_ops=["aten.addmm.default"],
+    check_parity(lambda x, w, b: F.gelu(F.linear(x, w, b)), x, w, b, expect_ops=["aten.addmm.default"], fuse_matmul=True,
                  backward=True, scale=2)
 
 
 def test_linear_no_bias_noncontiguous():
     x = randn(16, 6).t().requires_grad_(True)
     w = randn(8, 16, requires_grad=True)
-    check_parity(lambda x, w: F.linear(x, w).exp(), x, w, expect_ops=["aten.mm.default"], backward=True)
+    check_parity(lambda x, w: F.linear(x, w).exp(), x, w, expect_ops=["aten.mm.default"], fuse_matmul=True, backward=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -39,21 +39,21 @@ def test_addmm_alpha_beta(dtype):
     a = randn(4, 8, dtype=dtype, requires_grad=True)
     b = randn(8, 5, dtype=dtype, requires_grad=True)
     check_parity(lambda bias, a, b: torch.addmm(bias, a, b, beta=0.5, alpha=2.0).tanh(), bias, a, b,
-                 expect_ops=["aten.addmm.default"], backward=True, scale=2)
-    check_parity(lambda bias, a, b: torch.addmm(bias, a, b).tanh(), bias, a, b, expect_ops=["aten.addmm.default"])
+                 expect_ops=["aten.addmm.default"], fuse_matmul=True, backward=True, scale=2)
+    check_parity(lambda bias, a, b: torch.addmm(bias, a, b).tanh(), bias, a, b, expect_ops=["aten.addmm.default"], fuse_matmul=True)
 
 
 def test_addmm_beta_zero_ignores_nan():
     bias = torch.full((5,), float("nan"), device=DEVICE)
     a, b = randn(4, 8), randn(8, 5)
     check_parity(lambda bias, a, b: torch.addmm(bias, a, b, beta=0).exp(), bias, a, b,
-                 expect_ops=["aten.addmm.default"])
+                 expect_ops=["aten.addmm.default"], fuse_matmul=True)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_bmm(dtype):
     a, b = randn(3, 4, 8, dtype=dtype, requires_grad=True), randn(3, 8, 5, dtype=dtype, requires_grad=True)
-    check_parity(lambda a, b: torch.bmm(a * 2, b), a, b, expect_ops=["aten.bmm.default"], backward=True)
+    check_parity(lambda a, b: torch.bmm(a * 2, b), a, b, expect_ops=["aten.bmm.default"], fuse_matmul=True, backward=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
