@@ -58,11 +58,20 @@ def _unary(fn_t, fn_s=None):
     return op
 
 
-def _binary(fn):
+def _binary(fn, wrap_scalars=False):
+    """``wrap_scalars``: the torch function takes tensors only (logical_and, bitwise_*,
+    atan2, ...); a Python operand becomes a 0-dim tensor, which, like an nvFuser scalar,
+    does not change the result dtype within its category."""
+
     def op(a, b):
         if _is_scalar(a) and _is_scalar(b):
             r = fn(torch.tensor(a), torch.tensor(b))
             return r.item()
+        if wrap_scalars:
+            if _is_scalar(a):
+                a = torch.tensor(a, device=b.device)
+            if _is_scalar(b):
+                b = torch.tensor(b, device=a.device)
         return fn(a, b)
 
     return op
@@ -148,21 +157,21 @@ class _Ops:
     fmod = staticmethod(_binary(torch.fmod))
     remainder = staticmethod(_binary(torch.remainder))
     mod = staticmethod(_binary(torch.fmod))
-    atan2 = staticmethod(_binary(torch.atan2))
+    atan2 = staticmethod(_binary(torch.atan2, wrap_scalars=True))
     eq = staticmethod(_binary(torch.eq))
     ne = staticmethod(_binary(torch.ne))
     lt = staticmethod(_binary(torch.lt))
     le = staticmethod(_binary(torch.le))
     gt = staticmethod(_binary(torch.gt))
     ge = staticmethod(_binary(torch.ge))
-    logical_and = staticmethod(_binary(torch.logical_and))
-    logical_or = staticmethod(_binary(torch.logical_or))
-    bitwise_and = staticmethod(_binary(torch.bitwise_and))
-    bitwise_or = staticmethod(_binary(torch.bitwise_or))
-    bitwise_xor = staticmethod(_binary(torch.bitwise_xor))
-    bitwise_left_shift = staticmethod(_binary(torch.bitwise_left_shift))
-    bitwise_right_shift = staticmethod(_binary(torch.bitwise_right_shift))
-    nextafter = staticmethod(_binary(torch.nextafter))
+    logical_and = staticmethod(_binary(torch.logical_and, wrap_scalars=True))
+    logical_or = staticmethod(_binary(torch.logical_or, wrap_scalars=True))
+    bitwise_and = staticmethod(_binary(torch.bitwise_and, wrap_scalars=True))
+    bitwise_or = staticmethod(_binary(torch.bitwise_or, wrap_scalars=True))
+    bitwise_xor = staticmethod(_binary(torch.bitwise_xor, wrap_scalars=True))
+    bitwise_left_shift = staticmethod(_binary(torch.bitwise_left_shift, wrap_scalars=True))
+    bitwise_right_shift = staticmethod(_binary(torch.bitwise_right_shift, wrap_scalars=True))
+    nextafter = staticmethod(_binary(torch.nextafter, wrap_scalars=True))
 
     @staticmethod
     def maximum(a, b):  # scalar arithmetic on extents uses Python ints

@@ -16,7 +16,7 @@ from torch import fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from ..registry import translator
-from ._common import all_of, cast, compute_dtype, float_inputs, is_tensor, out_dtype
+from ._common import LOW_PRECISION, all_of, cast, compute_dtype, float_inputs, is_tensor, out_dtype
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -204,9 +204,32 @@ def div(ctx, a, b):
     return ctx.ops.div(a, b)
 
 
+def _floor_divide_float(ctx, a, b):
+    """aten's div_floor_floating: exact on the remainder, unlike floor(a / b) (1 // 0.1 is 9)."""
+    ops = ctx.ops
+    if not is_tensor(b) and b == 0:
+        return ops.div(a, float(b))
+    q = ops.div(a, b)
+    mod = ops.fmod(a, b)
+    div = ops.div(ops.sub(a, mod), b)
+    mod_neg = ops.lt(mod, 0.0)
+    if is_tensor(b):
+        signs_differ = ops.ne(ops.lt(b, 0.0), mod_neg)
+    else:
+        signs_differ = ops.logical_not(mod_neg) if b < 0 else mod_neg
+    div = ops.where(ops.logical_and(ops.ne(mod, 0.0), signs_differ), ops.sub(div, 1.0), div)
+    floordiv = ops.floor(div)
+    floordiv = ops.where(ops.gt(ops.sub(div, floordiv), 0.5), ops.add(floordiv, 1.0), floordiv)
+    # a zero quotient keeps the sign of a / b
+    out = ops.where(ops.eq(div, 0.0), ops.mul(q, 0.0), floordiv)
+    if is_tensor(b):
+        out = ops.where(ops.eq(b, 0.0), q, out)
+    return out
+
+
 def _floor_divide(ctx, a, b):
     if out_dtype(ctx).is_floating_point:
-        return ctx.ops.floor(ctx.ops.div(a, b))
+        return _floor_divide_float(ctx, a, b)
     # Integers: nvFuser's div truncates; step down where the signs differ and it was inexact.
     q = ctx.ops.div(a, b)
     r = ctx.ops.fmod(a, b)
@@ -250,9 +273,10 @@ def fmod(ctx, a, b):
     return ctx.ops.fmod(a, b)
 
 
-@translator(aten.atan2.default, check=float_inputs)
+@translator(aten.atan2.default)
 def atan2(ctx, a, b):
-    a, b = promote(ctx, a, b)
+    # integer inputs divide as floats (the result is the default float dtype)
+    a, b = promote(ctx, a, b, dtype=compute_dtype(out_dtype(ctx)))
     return ctx.ops.atan2(a, b)
 
 
@@ -291,10 +315,22 @@ _COMPARISONS = {
 }
 
 
+def _round_to(value, dtype: torch.dtype):
+    """A Python number as the nearest value of ``dtype`` (aten converts scalars to the
+    common dtype before comparing: fp16 ``x == 0.1`` compares against fp16(0.1))."""
+    if isinstance(value, float) and dtype in LOW_PRECISION:
+        return float(torch.tensor(value, dtype=dtype).item())
+    return value
+
+
 def _register_comparison(name, targets):
     @translator(*targets)
     def compare(ctx, a, b):
-        a, b = promote(ctx, a, b)
+        # Compare in the promoted dtype itself (not fp32): a 0-dim fp32 tensor or a Python
+        # float compared with an fp16 tensor is rounded to fp16 first, as aten does.
+        dtype = torch_result_type(ctx.node)
+        a, b = promote(ctx, a, b, dtype=dtype)
+        a, b = _round_to(a, dtype), _round_to(b, dtype)
         return getattr(ctx.ops, name)(a, b)
 
     compare.__name__ = name
@@ -395,11 +431,15 @@ def clamp(ctx, a, min=None, max=None):
     dtype = compute_dtype(out_dtype(ctx))
     a = cast(ctx, a, dtype)
     lo, hi = _clamp_bound(ctx, min, dtype), _clamp_bound(ctx, max, dtype)
-    # aten: NaN in the input propagates; min is applied before max.
+    # aten: min is applied before max; NaN in the input propagates, and so does NaN in a
+    # tensor bound (maximum/minimum propagate NaN). A NaN Python bound is ignored when it is
+    # the only bound and makes everything NaN when both are given.
+    if lo is not None and hi is not None and any(isinstance(v, float) and math.isnan(v) for v in (lo, hi)):
+        return ctx.ops.mul(a, math.nan)
     if lo is not None:
-        a = ctx.ops.where(ctx.ops.lt(a, lo), lo, a)
+        a = ctx.ops.maximum(a, lo) if is_tensor(lo) else ctx.ops.where(ctx.ops.lt(a, lo), lo, a)
     if hi is not None:
-        a = ctx.ops.where(ctx.ops.gt(a, hi), hi, a)
+        a = ctx.ops.minimum(a, hi) if is_tensor(hi) else ctx.ops.where(ctx.ops.gt(a, hi), hi, a)
     return a
 
 
@@ -509,7 +549,16 @@ def leaky_relu(ctx, a, negative_slope=0.01):
 @translator(aten.lerp.Scalar, aten.lerp.Tensor, check=float_inputs)
 def lerp(ctx, a, b, weight):
     a, b, weight = promote(ctx, a, b, weight, dtype=compute_dtype(out_dtype(ctx)))
-    return ctx.ops.add(a, ctx.ops.mul(weight, ctx.ops.sub(b, a)))
+    # aten's formula: a + w * (b - a) for |w| < 0.5, b - (b - a) * (1 - w) otherwise (exact at w = 1)
+    ops = ctx.ops
+    diff = ops.sub(b, a)
+    if not is_tensor(weight):
+        if abs(weight) < 0.5:
+            return ops.add(a, ops.mul(weight, diff))
+        return ops.sub(b, ops.mul(diff, 1.0 - weight))
+    low = ops.add(a, ops.mul(weight, diff))
+    high = ops.sub(b, ops.mul(diff, ops.sub(1.0, weight)))
+    return ops.where(ops.lt(ops.abs(weight), 0.5), low, high)
 
 
 @translator(aten.addcmul.default, check=float_inputs)
