@@ -37,6 +37,8 @@ def _dt(dtype):
 
 
 def _scalar_dtype_cast(x, dtype):
+    if dtype in (nvfuser().DataType.Index, nvfuser().DataType.UInt64):  # extents, no torch dtype
+        return int(x)
     t = _dt(dtype)
     if t is torch.bool:
         return bool(x)
@@ -261,7 +263,8 @@ class _Ops:
     @staticmethod
     def squeeze(x, dims, squeeze_expanded=False):
         for d in sorted((d % x.dim() for d in dims), reverse=True):
-            x = x.squeeze(d)
+            # squeeze_expanded drops an expanded broadcast dim (all its entries are one value)
+            x = x.select(d, 0) if squeeze_expanded and x.shape[d] != 1 else x.squeeze(d)
         return x
 
     @staticmethod

@@ -16,7 +16,7 @@ from torch import fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from ..registry import translator
-from ._common import LOW_PRECISION, all_of, cast, compute_dtype, float_inputs, is_tensor, out_dtype
+from ._common import upcast, LOW_PRECISION, all_of, cast, compute_dtype, float_inputs, is_tensor, out_dtype
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -120,8 +120,9 @@ def _register_unary_same(target, name):
     @translator(target)
     def unary(ctx, a):
         (a,) = promote(ctx, a, dtype=compute_dtype(out_dtype(ctx)))
-        if name == "relu":  # nvFuser's relu is fine for floats; ints via maximum
-            return ctx.ops.relu(a) if out_dtype(ctx).is_floating_point else ctx.ops.maximum(a, 0)
+        if name == "relu":  # where(x <= 0, 0, x) keeps NaN, as aten does
+            zero = 0.0 if out_dtype(ctx).is_floating_point else 0
+            return ctx.ops.where(ctx.ops.le(a, zero), zero, a)
         if name == "neg" and out_dtype(ctx) == torch.bool:
             raise NotImplementedError("neg of bool")
         return getattr(ctx.ops, name)(a)
@@ -151,7 +152,8 @@ _PREDICATES = {
 def _register_predicate(target, name):
     @translator(target, check=float_inputs)
     def predicate(ctx, a):
-        return getattr(ctx.ops, name)(a)
+        # NOTE: nvFuser's isinf/isposinf/... do not compile for bf16/fp16 (H200, 0.2.36).
+        return getattr(ctx.ops, name)(upcast(ctx, a))
 
     predicate.__name__ = name
 
@@ -296,13 +298,24 @@ def pow(ctx, a, b):
 @translator(aten.maximum.default)
 def maximum(ctx, a, b):
     a, b = promote(ctx, a, b)
-    return ctx.ops.maximum(a, b)
+    return _propagate_nan(ctx, ctx.ops.maximum(a, b), a, b)
 
 
 @translator(aten.minimum.default)
 def minimum(ctx, a, b):
     a, b = promote(ctx, a, b)
-    return ctx.ops.minimum(a, b)
+    return _propagate_nan(ctx, ctx.ops.minimum(a, b), a, b)
+
+
+def _propagate_nan(ctx, out, *operands):
+    # NOTE: aten's maximum/minimum/relu return NaN for a NaN operand; do not rely on the
+    # device's fmax/fmin semantics for that.
+    if not out_dtype(ctx).is_floating_point:
+        return out
+    for x in reversed(operands):
+        if is_tensor(x):
+            out = ctx.ops.where(ctx.ops.isnan(x), x, out)
+    return out
 
 
 _COMPARISONS = {

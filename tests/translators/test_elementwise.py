@@ -26,7 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 import nvfuser_dtensor_backend as nb
-from helpers import assert_close, check_parity, compile_fn, fused_ops, randn
+from helpers import DEVICE, assert_close, check_parity, compile_fn, fused_ops, randn
 from nvfuser_dtensor_backend.region import NvFuserFallbackWarning
 
 aten = torch.ops.aten
@@ -91,9 +91,9 @@ UNARY_OPS = _ops(*(f"aten.{n}.default" for n in UNARY_NAMES), "aten.silu.default
 
 def _unary_inputs(dtype, shape=(6, 16)):
     x = randn(*shape, dtype=dtype)
-    pos = (torch.rand(*shape) * 3 + 0.1).to(dtype)
-    unit = (torch.rand(*shape) * 1.8 - 0.9).to(dtype)
-    gt1 = (torch.rand(*shape) * 3 + 1.1).to(dtype)
+    pos = (torch.rand(*shape) * 3 + 0.1).to(DEVICE, dtype)
+    unit = (torch.rand(*shape) * 1.8 - 0.9).to(DEVICE, dtype)
+    gt1 = (torch.rand(*shape) * 3 + 1.1).to(DEVICE, dtype)
     return x, pos, unit, gt1
 
 
@@ -336,9 +336,9 @@ def test_float_division_modes(dtype):
         # fp16/bf16: aten's own kernels disagree (CPU vectorized vs scalar loop, CUDA) on whether
         # the quotient is rounded to the low-precision dtype before floor/trunc, so use inputs
         # whose quotients are never within rounding distance of an integer without being one.
-        a = torch.randint(-20, 21, (4, 1, 8)).to(dtype)
-        b = torch.tensor([0.5, -0.5, 1, -1, 2, -3, 3, -4]).to(dtype)
-    z = torch.tensor([0.0, 2.0, -0.0, 1.0, 0.0, 3.0, -2.0, 0.0]).to(dtype)  # division by zero
+        a = torch.randint(-20, 21, (4, 1, 8)).to(DEVICE, dtype)
+        b = torch.tensor([0.5, -0.5, 1, -1, 2, -3, 3, -4]).to(DEVICE, dtype)
+    z = torch.tensor([0.0, 2.0, -0.0, 1.0, 0.0, 3.0, -2.0, 0.0]).to(DEVICE, dtype)  # division by zero
     a[1, 0, :] = torch.tensor([0.0, -0.0, 1.0, -1.0, 5.0, 0.0, 3.0, -2.0]).to(dtype)  # 0 / 0, x / 0
 
     def fn(a, b, z):
@@ -402,7 +402,7 @@ def test_integer_remainder_falls_back():
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_pow_float(dtype):
     x = randn(4, 1, 8, dtype=dtype)
-    pos = (torch.rand(8) * 2 + 0.2).to(dtype)
+    pos = (torch.rand(8) * 2 + 0.2).to(DEVICE, dtype)
 
     def fn(x, pos):
         return (x ** 2, x ** 3, pos ** 0.5, pos ** 1.5, pos ** -1, pos ** -0.5, x ** 1, x ** 0, pos ** x,
@@ -475,8 +475,8 @@ def test_comparisons_mixed_and_nan():
     s = scalar(torch.float64)
 
     h[1, :3] = 0.1  # fp16(0.1) == 0.0999755859375: aten rounds the scalar 0.1 to fp16 too
-    bf = torch.full((4, 8), 0.1, dtype=torch.bfloat16)
-    s32 = torch.tensor(0.1)
+    bf = torch.full((4, 8), 0.1, dtype=torch.bfloat16, device=DEVICE)
+    s32 = torch.tensor(0.1, device=DEVICE)
 
     def fn(i, h, f, s, bf, s32):
         return (i < 0.5, i == 2.0, i > h, h == f, h != h, h < s, i >= f, i <= s, h > 0.1, h == 0.1, h >= 0.1,
@@ -719,7 +719,7 @@ def test_activation_backward_ops(dtype):
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_lerp_addcmul(dtype):
-    a, b, w = randn(4, 1, 8, dtype=dtype), randn(8, dtype=dtype), torch.rand(4, 1, 8).to(dtype)
+    a, b, w = randn(4, 1, 8, dtype=dtype), randn(8, dtype=dtype), torch.rand(4, 1, 8).to(DEVICE, dtype)
     a[0] = a[0] + 1000  # a + 1 * (b - a) would lose b's low bits; aten's lerp returns b exactly at w = 1
     w[0, 0, :4] = torch.tensor([1.0, 0.5, -0.6, 0.0])
     c = randn(4, 8, dtype=dtype)
@@ -734,7 +734,7 @@ def test_lerp_addcmul(dtype):
 
 
 def test_lerp_addcmul_compiled():
-    a, b, w = randn(4, 8), randn(8), torch.rand(4, 8)
+    a, b, w = randn(4, 8), randn(8), torch.rand(4, 8, device=DEVICE)
     check_parity(lambda a, b, w: (torch.lerp(a, b, 0.3), torch.lerp(a, b, w), torch.addcmul(a, b, w, value=2)),
                  a, b, w, expect_ops=["aten.mul.Tensor"])
 
