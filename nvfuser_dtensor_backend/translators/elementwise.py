@@ -120,6 +120,8 @@ def _register_unary_same(target, name):
     @translator(target)
     def unary(ctx, a):
         (a,) = promote(ctx, a, dtype=compute_dtype(out_dtype(ctx)))
+        if name in ("floor", "ceil", "round", "trunc") and not out_dtype(ctx).is_floating_point:
+            return ctx.ops.set(a)  # identity on integers; nvFuser's integer overloads don't compile
         if name == "relu":  # where(x <= 0, 0, x) keeps NaN, as aten does
             zero = 0.0 if out_dtype(ctx).is_floating_point else 0
             return ctx.ops.where(ctx.ops.le(a, zero), zero, a)

@@ -168,7 +168,8 @@ def test_unary_same_int(dtype):
                 torch.ceil(x), torch.round(x), torch.trunc(x))
 
     check_parity(fn, x[:, ::2], expect_ops=_ops("aten.abs.default", "aten.neg.default", "aten.relu.default",
-                                                 "aten.sign.default", "aten.bitwise_not.default"))
+                                                 "aten.sign.default", "aten.bitwise_not.default",
+                                                 "aten.floor.default", "aten.trunc.default"))
 
 
 def test_unary_bool():

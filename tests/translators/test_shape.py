@@ -80,6 +80,12 @@ def test_split():
     check_parity(lambda x: [t.exp() for t in torch.split(x, [1, 3], dim=1)], x, expect_ops=["aten.exp.default"])
 
 
+@pytest.mark.xfail(
+    torch.cuda.is_available(),
+    reason="nvFuser 0.2.36 on the H200: 'Propagation of integer bounds is not yet implemented for "
+    "min(4, i)' for a slice with symbolic extents; the region falls back to PyTorch with a warning",
+    strict=False,
+)
 def test_dynamic_shapes():
     import warnings
 
