@@ -23,7 +23,7 @@ from ._nvfuser import nvfuser
 from .decompositions import decomposition_table
 from .options import Options
 from .partition import PartitionReport, partition
-from .region import FusedRegion
+from .region import FUSION_CACHE, FusedRegion
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
@@ -99,6 +99,7 @@ def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = N
     """The dynamo backend registered as ``"nvfuser_dtensor"``."""
     opts = Options.from_dict(options)
     nvfuser()  # raises NvFuserMissingError with the pip command that fixes it
+    FUSION_CACHE.maxsize = opts.cache_size  # process-wide: the last compile's setting holds
 
     def compiler(kind):
         def compile_fn(g, inputs):
