@@ -6,6 +6,7 @@ import collections
 import logging
 from dataclasses import dataclass, field
 
+import torch
 from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
@@ -60,6 +61,42 @@ def _compute_nodes(nodes) -> int:
     return count
 
 
+aten = torch.ops.aten
+
+# Note [Views leave regions]
+# A view computed inside a region and used only outside it would be written out by nvFuser
+# as a new tensor (a transposed or broadcast copy), where PyTorch makes it for free. Such
+# trailing views are moved out of their region; views feeding the region's own compute stay.
+VIEW_OPS = frozenset(
+    {
+        aten.view.default,
+        aten._unsafe_view.default,
+        aten.reshape.default,
+        aten.permute.default,
+        aten.transpose.int,
+        aten.t.default,
+        aten.expand.default,
+        aten.squeeze.dim,
+        aten.squeeze.dims,
+        aten.squeeze.default,
+        aten.unsqueeze.default,
+        aten.slice.Tensor,
+        aten.select.int,
+        aten.alias.default,
+    }
+)
+
+
+def _trim_trailing_views(p) -> None:
+    changed = True
+    while changed:
+        changed = False
+        for node in list(p.nodes):
+            if node.target in VIEW_OPS and all(user not in p.nodes for user in node.users):
+                p.remove_node(node)  # no user inside: removing it cannot create a cycle
+                changed = True
+
+
 def partition(
     gm: fx.GraphModule, min_region_size: int = 1, fuse_matmul: bool = False
 ) -> tuple[fx.GraphModule, list[str], PartitionReport]:
@@ -73,6 +110,7 @@ def partition(
     report = PartitionReport()
     kept = []
     for p in partitions:
+        _trim_trailing_views(p)
         if _compute_nodes(p.nodes) >= min_region_size:
             kept.append(p)
         else:

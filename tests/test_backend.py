@@ -185,3 +185,14 @@ def test_matmuls_stay_in_pytorch_unless_fuse_matmul():
     assert "aten.addmm.default" not in fused_ops()
     assert any("fuse_matmul" in r for rep in nb.reports() for r in rep.partition.unsupported)
     check_parity(f, x, w, b, expect_ops=["aten.addmm.default", "aten.gelu.default"], fuse_matmul=True)
+
+
+def test_views_used_only_outside_leave_the_region():
+    def f(x, w):
+        y = torch.exp(x) * 2
+        return y.t() @ w, y.unsqueeze(0).expand(3, -1, -1)
+
+    x, w = randn(8, 16), randn(8, 4)
+    check_parity(f, x, w, expect_ops=["aten.exp.default", "aten.mul.Tensor"])
+    ops = fused_ops()
+    assert "aten.t.default" not in ops and "aten.expand.default" not in ops, ops
