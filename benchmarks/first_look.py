@@ -106,6 +106,24 @@ def run(device, dtype, iters, backends):
     return rows
 
 
+def call_path_breakdown(device, dtype, iters):
+    """Where the time of one tiny compiled call goes: fd.execute alone, the region, the whole call."""
+    x, b = torch.randn(64, 1024, device=device, dtype=dtype), torch.randn(1024, device=device, dtype=dtype)
+    torch._dynamo.reset()
+    nb.clear_reports()
+    compiled = torch.compile(lambda x, b: F.gelu(x + b, approximate="tanh"), backend="nvfuser_dtensor", dynamic=False)
+    with torch.no_grad():
+        compiled(x, b)
+        region = nb.reports()[-1].regions[0]
+        entry = next(iter(region._entries.values()))
+        rows = [("whole compiled call", lambda: compiled(x, b)), ("FusedRegion call", lambda: region(x, b))]
+        if device == "cuda" and hasattr(entry, "fd"):
+            rows.append(("fd.execute alone", lambda: entry.fd.execute([x, b])))
+            rows.append(("fd.fec.execute alone", lambda: entry.fd.fec.execute([x, b])))
+        for name, fn in rows:
+            print(f"  {name:<24} {time_per_call(lambda *_: fn(), (), device, iters):8.1f} us", flush=True)
+
+
 def _fmt(row, backends):
     parts = [f"{row['case']:<42}"]
     for b in backends:
@@ -127,6 +145,8 @@ def main(argv=None):
     print(f"torch {torch.__version__}, device {a.device}"
           + (f" ({torch.cuda.get_device_name()})" if a.device == "cuda" else ""), flush=True)
     run(a.device, getattr(torch, a.dtype), a.iters, a.backends.split(","))
+    print("call path of the tiny bias+gelu case:", flush=True)
+    call_path_breakdown(a.device, getattr(torch, a.dtype), max(a.iters, 200))
 
 
 if __name__ == "__main__":
