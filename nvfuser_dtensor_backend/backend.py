@@ -9,7 +9,9 @@ first call.
 
 from __future__ import annotations
 
+import copy
 import logging
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -18,6 +20,8 @@ from torch import fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ._nvfuser import nvfuser
 from .decompositions import decomposition_table
@@ -35,9 +39,13 @@ class GraphReport:
     kind: str  # "forward", "backward" or "inference"
     partition: PartitionReport
     regions: list[FusedRegion] = field(default_factory=list)
+    inductor_parts: list = field(default_factory=list)  # LazyInductor pieces between regions
 
     def summary(self) -> str:
-        return f"[{self.kind}] " + self.partition.summary()
+        text = f"[{self.kind}] " + self.partition.summary()
+        if self.inductor_parts:
+            text += f"\n  {len(self.inductor_parts)} piece(s) between regions compiled by inductor"
+        return text
 
 
 _REPORTS: list[GraphReport] = []
@@ -52,30 +60,82 @@ def clear_reports() -> None:
     _REPORTS.clear()
 
 
-def _inductor_compile(gm: fx.GraphModule, example_inputs) -> Callable:
-    from torch._inductor.compile_fx import compile_fx_inner
+class LazyInductor:
+    """Compiles an aten subgraph with inductor on its first call (eager if inductor fails)."""
 
-    return compile_fx_inner(gm, example_inputs)
+    def __init__(self, sub: fx.GraphModule):
+        self.sub = sub
+        self.compiled: Callable | None = None
+        self.error: str | None = None
+
+    def __call__(self, *args):
+        if self.compiled is None:
+            self.compiled = self._compile(list(args))
+        return self.compiled(*args)
+
+    def _compile(self, args) -> Callable:
+        from torch._inductor.compile_fx import compile_fx_inner
+
+        # inductor compiles graphs that return a tuple/list.
+        gm = fx.GraphModule(self.sub, copy.deepcopy(self.sub.graph))
+        out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+        single = not isinstance(out.args[0], (tuple, list))
+        if single:
+            out.args = ((out.args[0],),)
+        gm.recompile()
+        try:
+            fn = compile_fx_inner(gm, args)
+        except Exception as e:  # inductor failing must not break the program
+            self.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            log.warning("nvfuser_dtensor: inductor could not compile a fallback piece (%s); running eagerly", self.error)
+            return self.sub
+
+        def run(*a):
+            outs = fn(list(a))
+            return outs[0] if single else tuple(outs)
+
+        return run
 
 
 def _region_fallback(sub: fx.GraphModule, options: Options) -> Callable | None:
     """What a region runs when nvFuser fails on it: the aten subgraph, or inductor's build."""
-    if options.fallback != "inductor":
-        return None
-    state: dict[str, Any] = {}
+    return LazyInductor(sub) if options.fallback == "inductor" else None
 
-    def run(*args):
-        fn = state.get("fn")
-        if fn is None:
-            try:
-                fn = _inductor_compile(sub, list(args))
-            except Exception as e:  # inductor failing must not break the program
-                log.warning("nvfuser_dtensor: inductor could not compile a fallback region (%s); running eagerly", e)
-                fn = sub
-            state["fn"] = fn
-        return fn(*args)
 
-    return run
+class _RestSupport(OperatorSupportBase):
+    """Everything between the nvFuser regions (the regions and their getitems excluded)."""
+
+    def is_node_supported(self, submodules, node: fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        return not (node.target is operator.getitem and isinstance(node.args[0], fx.Node)
+                    and node.args[0].op == "call_module")
+
+
+class _InductorRest(torch.nn.Module):
+    def __init__(self, sub: fx.GraphModule):
+        super().__init__()
+        self.run = LazyInductor(sub)
+
+    def forward(self, *args):
+        return self.run(*args)
+
+
+def _compile_rest_with_inductor(fused: fx.GraphModule) -> list[LazyInductor]:
+    """With ``fallback="inductor"``, hand the code between regions to inductor (lazily)."""
+    partitioner = CapabilityBasedPartitioner(fused, _RestSupport(), allows_single_node_partition=True)
+    partitions = partitioner.propose_partitions()
+    if not partitions:
+        return []
+    partitioner.fuse_partitions(partitions, prefix="inductor_rest_")
+    parts = []
+    for node in fused.graph.nodes:
+        if node.op == "call_module" and node.target.startswith("inductor_rest_"):
+            module = _InductorRest(getattr(fused, node.target))
+            setattr(fused, node.target, module)
+            parts.append(module.run)
+    fused.recompile()
+    return parts
 
 
 def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kind: str) -> Callable:
@@ -88,10 +148,14 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
         setattr(fused, name, region)
         graph_report.regions.append(region)
     fused.recompile()
+    if options.fallback == "inductor" and names:
+        graph_report.inductor_parts = _compile_rest_with_inductor(fused)
     _REPORTS.append(graph_report)
     log.info("nvfuser_dtensor %s", graph_report.summary())
     if options.fallback == "inductor" and not names:
-        return _inductor_compile(gm, example_inputs)
+        whole = LazyInductor(gm)
+        graph_report.inductor_parts = [whole]
+        return make_boxed_func(whole)
     return make_boxed_func(fused)
 
 

@@ -116,6 +116,8 @@ def test_inductor_fallback_for_failed_region(monkeypatch):
     with pytest.warns(NvFuserFallbackWarning):
         out = compiled(x)
     assert_close(out, torch.sin(x * 2) + 1)
+    fallback = nb.reports()[-1].regions[0]._fallback
+    assert fallback.compiled is not None and fallback.error is None and fallback.compiled is not fallback.sub
 
 
 def test_dump_dir_writes_definitions(tmp_path):
@@ -196,3 +198,17 @@ def test_views_used_only_outside_leave_the_region():
     check_parity(f, x, w, expect_ops=["aten.exp.default", "aten.mul.Tensor"])
     ops = fused_ops()
     assert "aten.t.default" not in ops and "aten.expand.default" not in ops, ops
+
+
+def test_inductor_fallback_compiles_the_code_between_regions():
+    def f(x):
+        y = torch.exp(x) * 2
+        z = torch.cumsum(y, 1)  # no translator
+        return torch.sin(z) + 1
+
+    x = randn(8, 16)
+    check_parity(f, x, expect_ops=["aten.exp.default", "aten.sin.default"], fallback="inductor")
+    parts = nb.reports()[-1].inductor_parts
+    assert len(parts) == 1 and parts[0].compiled is not None and parts[0].error is None
+    assert parts[0].compiled is not parts[0].sub  # really inductor, not the eager fallback
+    assert "compiled by inductor" in nb.reports()[-1].summary()
