@@ -74,9 +74,11 @@ def cases(device, dtype):
     yield f"transformer block fwd+bwd {list(shape)}", block, (x,), True
 
 
-def run(device, dtype, iters, backends):
+def run(device, dtype, iters, backends, only=None):
     rows = []
     for name, fn, args, train in cases(device, dtype):
+        if only and not any(o in name for o in only):
+            continue
         row = {"case": name}
         for backend in backends:
             torch._dynamo.reset()
@@ -140,11 +142,12 @@ def main(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--cases", default="", help="comma-separated substrings of case names (default: all)")
     p.add_argument("--backends", default="eager,inductor,nvfuser_dtensor,nvfuser_dtensor:fuse_matmul")
     a = p.parse_args(argv)
     print(f"torch {torch.__version__}, device {a.device}"
           + (f" ({torch.cuda.get_device_name()})" if a.device == "cuda" else ""), flush=True)
-    run(a.device, getattr(torch, a.dtype), a.iters, a.backends.split(","))
+    run(a.device, getattr(torch, a.dtype), a.iters, a.backends.split(","), [c for c in a.cases.split(",") if c])
     print("call path of the tiny bias+gelu case:", flush=True)
     call_path_breakdown(a.device, getattr(torch, a.dtype), max(a.iters, 200))
 

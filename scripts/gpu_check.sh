@@ -13,5 +13,5 @@ tests="${GPU_TESTS:-tests}"
 timeout "${GPU_TEST_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -rfE $tests "$@" 2>&1 | tee "$out/pytest.log" | tail -40
 echo "pytest exit: ${PIPESTATUS[0]}"
 if [ "${GPU_BENCH:-1}" = 1 ]; then
-  timeout "${GPU_BENCH_TIMEOUT:-240}" python3 -m benchmarks.first_look --iters 50 2>&1 | tee "$out/first_look.log" | grep -v Warning
+  timeout "${GPU_BENCH_TIMEOUT:-240}" python3 -m benchmarks.first_look --iters 50 ${GPU_BENCH_ARGS:-} 2>&1 | tee "$out/first_look.log" | grep -v Warning
 fi
