@@ -106,10 +106,14 @@ class _RestSupport(OperatorSupportBase):
     """Everything between the nvFuser regions (the regions and their getitems excluded)."""
 
     def is_node_supported(self, submodules, node: fx.Node) -> bool:
-        if node.op != "call_function":
+        if node.op != "call_function" or _is_region_call(node):
             return False
         return not (node.target is operator.getitem and isinstance(node.args[0], fx.Node)
-                    and node.args[0].op == "call_module")
+                    and _is_region_call(node.args[0]))
+
+
+def _is_region_call(node: fx.Node) -> bool:
+    return node.op == "call_module" or isinstance(getattr(node.target, "__self__", None), FusedRegion)
 
 
 class _InductorRest(torch.nn.Module):
@@ -142,11 +146,18 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
     """Partition an aten graph and swap each region for a FusedRegion."""
     fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul)
     graph_report = GraphReport(kind=kind, partition=report)
+    regions = {}
     for name in names:
         sub = getattr(fused, name)
         region = FusedRegion(f"{kind}.{name}", sub, options, _region_fallback(sub, options))
         setattr(fused, name, region)
         graph_report.regions.append(region)
+        regions[name] = region
+    # See Note [Lean call path]: the graph calls each region's forward directly, which
+    # skips nn.Module.__call__ (hooks and dispatch) on every call.
+    for node in fused.graph.nodes:
+        if node.op == "call_module" and node.target in regions:
+            node.op, node.target = "call_function", regions[node.target].forward
     fused.recompile()
     if options.fallback == "inductor" and names:
         graph_report.inductor_parts = _compile_rest_with_inductor(fused)
