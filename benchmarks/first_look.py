@@ -74,7 +74,19 @@ def cases(device, dtype):
     yield f"transformer block fwd+bwd {list(shape)}", block, (x,), True
 
 
-def run(device, dtype, iters, backends, only=None):
+def _profile(step, args, title, steps=5):
+    """Top CUDA kernels of a few calls (torch.profiler), to see where device time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step(*args)
+        torch.cuda.synchronize()
+    print(f"--- {title}: top kernels over {steps} calls", flush=True)
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=60), flush=True)
+
+
+def run(device, dtype, iters, backends, only=None, profile=False):
     rows = []
     for name, fn, args, train in cases(device, dtype):
         if only and not any(o in name for o in only):
@@ -101,6 +113,8 @@ def run(device, dtype, iters, backends, only=None):
             except Exception as e:  # report, keep going
                 row[backend] = float("nan")
                 print(f"{name} / {backend} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            if profile and device == "cuda" and row.get(backend) == row.get(backend):
+                _profile(step, args, f"{name} / {backend}")
             if name_ == "nvfuser_dtensor":
                 row["regions"] = sum(len(r.partition.regions) for r in nb.reports()[-3:])
         rows.append(row)
@@ -142,12 +156,13 @@ def main(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--profile", action="store_true", help="print the top CUDA kernels per case and backend")
     p.add_argument("--cases", default="", help="comma-separated substrings of case names (default: all)")
     p.add_argument("--backends", default="eager,inductor,nvfuser_dtensor,nvfuser_dtensor:fuse_matmul")
     a = p.parse_args(argv)
     print(f"torch {torch.__version__}, device {a.device}"
           + (f" ({torch.cuda.get_device_name()})" if a.device == "cuda" else ""), flush=True)
-    run(a.device, getattr(torch, a.dtype), a.iters, a.backends.split(","), [c for c in a.cases.split(",") if c])
+    run(a.device, getattr(torch, a.dtype), a.iters, a.backends.split(","), [c for c in a.cases.split(",") if c], a.profile)
     print("call path of the tiny bias+gelu case:", flush=True)
     call_path_breakdown(a.device, getattr(torch, a.dtype), max(a.iters, 200))
 
