@@ -57,6 +57,7 @@ def dtype_map() -> dict[torch.dtype, object]:
         torch.bool: DT.Bool,
         torch.complex64: DT.ComplexFloat,
         torch.complex128: DT.ComplexDouble,
+        torch.uint64: DT.UInt64,  # flash attention's RNG seed/offset
     }
 
 

@@ -35,6 +35,9 @@ class Translator:
             worth a kernel launch and stays in PyTorch).
         gemm: True for ops nvFuser hands to ATen/cuBLAS in a segment of their own (matmuls,
             attention); they join regions only with ``options.fuse_matmul``.
+        generic_check: False skips lookup's per-tensor dtype/size rules for this op, whose
+            ``check`` then validates its tensors itself (flash attention carries uint64 RNG
+            state and an empty debug mask).
     """
 
     fn: Callable[..., Any]
@@ -42,6 +45,7 @@ class Translator:
     target: Any
     compute: bool = True
     gemm: bool = False
+    generic_check: bool = True
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ def translator(
     check: Callable[[fx.Node], str | None] | None = None,
     compute: bool = True,
     gemm: bool = False,
+    generic_check: bool = True,
 ):
     """Register ``fn`` as the translator of each aten overload in ``targets``."""
 
@@ -69,7 +74,9 @@ def translator(
                 raise TypeError(f"register an overload, not the packet {target}")
             if target in TRANSLATORS:
                 raise KeyError(f"{target} has two translators")
-            TRANSLATORS[target] = Translator(fn=fn, check=check, target=target, compute=compute, gemm=gemm)
+            TRANSLATORS[target] = Translator(
+                fn=fn, check=check, target=target, compute=compute, gemm=gemm, generic_check=generic_check
+            )
         return fn
 
     return register
@@ -125,7 +132,7 @@ def lookup(node: fx.Node, fuse_matmul: bool = True) -> Translator | Unsupported:
         return Unsupported(f"no translator for {node.target}")
     if entry.gemm and not fuse_matmul:
         return Unsupported(f"{node.target}: matmuls run in PyTorch/cuBLAS (options fuse_matmul=False)")
-    if node.target is not operator.getitem:
+    if node.target is not operator.getitem and entry.generic_check:
         devices = set()
         for value in _vals(node):
             for v in _flat(value):

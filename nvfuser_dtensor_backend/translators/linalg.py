@@ -142,6 +142,8 @@ def _sdpa_common(node: fx.Node, dropout_p, ranks_of) -> str | None:
         return "q, k, v must be 4-D [B, H, S, E]"
     if {v.dtype for v in vals} - {torch.bfloat16, torch.float16}:
         return "flash attention takes bf16/fp16 only"
+    if any(v.device.type != "cuda" for v in vals):
+        return "flash attention runs on CUDA only"
     if isinstance(dropout_p, (fx.Node, torch.SymFloat)):
         return "symbolic dropout_p"
     scale = node.kwargs.get("scale")
@@ -162,7 +164,7 @@ def _check_sdpa_fwd(node: fx.Node) -> str | None:
     return _sdpa_common(node, args[3], node.args[:3])
 
 
-@translator(aten._scaled_dot_product_flash_attention.default, check=_check_sdpa_fwd, gemm=True)
+@translator(aten._scaled_dot_product_flash_attention.default, check=_check_sdpa_fwd, gemm=True, generic_check=False)
 def scaled_dot_product_flash_attention(ctx, q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False,
                                        scale=None):
     out, lse, seed, offset = ctx.ops.sdpfa_fwd(q, k, v, dropout_p=float(dropout_p), is_causal=bool(is_causal),
@@ -178,7 +180,8 @@ def _check_sdpa_bwd(node: fx.Node) -> str | None:
     return _sdpa_common(node, node.args[10], node.args[1:4])
 
 
-@translator(aten._scaled_dot_product_flash_attention_backward.default, check=_check_sdpa_bwd, gemm=True)
+@translator(aten._scaled_dot_product_flash_attention_backward.default, check=_check_sdpa_bwd, gemm=True,
+            generic_check=False)
 def scaled_dot_product_flash_attention_backward(ctx, grad_out, q, k, v, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
                                                 max_k, dropout_p, is_causal, philox_seed, philox_offset, scale=None):
     # max_q/max_k are the sequence lengths of q and k, which nvFuser reads from the tensors.
