@@ -10,7 +10,6 @@ calls (throughput), measured with CUDA events on the GPU.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -23,33 +22,7 @@ from models import Block  # noqa: E402
 
 import nvfuser_dtensor_backend as nb  # noqa: E402
 
-
-def _sync(device):
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_per_call(fn, args, device, iters, repeats=5):
-    """Median over ``repeats`` of (time for ``iters`` back-to-back calls) / iters, in us."""
-    for _ in range(3):
-        fn(*args)
-    _sync(device)
-    samples = []
-    for _ in range(repeats):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn(*args)
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e3 / iters)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn(*args)
-            samples.append((time.perf_counter() - t0) * 1e6 / iters)
-    return statistics.median(samples)
+from .measure import sync as _sync, time_per_call  # noqa: E402
 
 
 def cases(device, dtype):

@@ -13,7 +13,7 @@ import copy
 import logging
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch import fx

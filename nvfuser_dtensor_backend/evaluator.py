@@ -466,6 +466,8 @@ class Evaluator:
             key = literal.lstrip("-")
             if key in constants:
                 value = constants[key]
+                if math.isnan(value) and key != "nan":
+                    raise ValueError(f"two constants of the fusion print as {key}; cannot evaluate it exactly")
                 value = -value if literal.startswith("-") else value
                 return repr(float(value))
             return literal

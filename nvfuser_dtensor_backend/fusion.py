@@ -8,6 +8,7 @@ fp16/bf16 in fp32 and returns fp32).
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +92,9 @@ def describe(value) -> TensorDesc | ScalarDesc:
     raise TypeError(f"cannot pass {type(value).__name__} to an nvFuser fusion")
 
 
+AMBIGUOUS = float("nan")  # a printed constant that stands for two different values
+
+
 class RecordingOps:
     """Proxy of ``fd.ops`` that remembers every Python float it is given.
 
@@ -110,7 +114,9 @@ class RecordingOps:
             for a in (*args, *kwargs.values()):
                 for v in a if isinstance(a, (list, tuple)) else (a,):
                     if isinstance(v, float):
-                        constants.setdefault("%#g" % abs(v), abs(v))
+                        key, value = "%#g" % abs(v), abs(v)
+                        if constants.setdefault(key, value) != value and not math.isnan(value):
+                            constants[key] = AMBIGUOUS  # two constants print alike
             return fn(*args, **kwargs)
 
         return call

@@ -40,8 +40,18 @@ class NvFuserRegionError(RuntimeError):
 # Note [Fusion cache key]
 # (region code, input descriptors, nvFuser version). The region code is the text of the
 # region's FX graph, which holds every constant of the graph (shape arguments included),
-# and the descriptors hold what a definition depends on besides (see fusion.TensorDesc).
-# Sizes other than 1 are not in the key: definitions are shape-symbolic.
+# plus which dims of every node's value are 1 (translators of squeeze, expand, ... read
+# that from meta, and a slice to the end can make a dim 1 for one input size and not for
+# another); the descriptors hold what the inputs add (see fusion.TensorDesc). Sizes other
+# than 1 are not in the key: definitions are shape-symbolic.
+
+
+def _size1_mask(value):
+    if isinstance(value, torch.Tensor):
+        return tuple(isinstance(s, int) and s == 1 for s in value.shape)
+    if isinstance(value, (tuple, list)):
+        return tuple(_size1_mask(v) for v in value)
+    return None
 
 
 class FusionCache:
@@ -140,8 +150,8 @@ class FusedRegion(torch.nn.Module):
         self.region = region
         self.options = options
         self._fallback = fallback
-        code = region.code
-        self._code_key = hashlib.sha1(code.encode()).hexdigest()
+        size1 = tuple(_size1_mask(n.meta.get("val")) for n in region.graph.nodes if n.op == "call_function")
+        self._code_key = hashlib.sha1((region.code + repr(size1)).encode()).hexdigest()
         out = next(n for n in region.graph.nodes if n.op == "output").args[0]
         self._single = not isinstance(out, (tuple, list))
         self._entries: dict[Any, Callable] = {}
@@ -181,7 +191,7 @@ class FusedRegion(torch.nn.Module):
         try:
             entry = self._make_entry(args)
         except Exception as e:
-            return self._fail(key, f"nvFuser could not define the fusion: {_first_line(e)}", e)
+            return self._fail(key, f"the fusion could not be defined: {_first_line(e)}", e)
         self._entries[key] = entry
         return entry
 

@@ -95,6 +95,8 @@ def check_parity(fn, *inputs, expect_ops=(), backward=False, scale=1.0, fused=Tr
             warnings.simplefilter("error", NvFuserFallbackWarning)
         actual = compiled(*comp_inputs)
     assert_close(actual, expected, scale=scale)
+    if fused:
+        assert region_count() > 0, f"nothing was fused: {[r.summary() for r in nb.reports()]}"
     ops = fused_ops()
     for op in expect_ops:
         assert op in ops, f"{op} was not fused; fused ops: {ops}; reports: {[r.summary() for r in nb.reports()]}"

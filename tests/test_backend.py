@@ -8,7 +8,7 @@ import torch
 import nvfuser_dtensor_backend as nb
 from helpers import DEVICE, assert_close, check_parity, compile_fn, fused_ops, randn, region_count
 from nvfuser_dtensor_backend import registry
-from nvfuser_dtensor_backend.region import FUSION_CACHE, NvFuserFallbackWarning, NvFuserRegionError
+from nvfuser_dtensor_backend.region import NvFuserFallbackWarning
 
 aten = torch.ops.aten
 
@@ -212,3 +212,21 @@ def test_inductor_fallback_compiles_the_code_between_regions():
     assert len(parts) == 1 and parts[0].compiled is not None and parts[0].error is None
     assert parts[0].compiled is not parts[0].sub  # really inductor, not the eager fallback
     assert "compiled by inductor" in nb.reports()[-1].summary()
+
+
+def test_cached_definition_is_not_reused_when_an_inner_dim_becomes_1():
+    # x[:, 2:] has a size-1 dim for 3 columns and not for 4: same code text, same input layout.
+    def f(x):
+        return (x[:, 2:].squeeze(1) * 2.0).unsqueeze(0) + 1.0
+
+    nb.clear_cache()
+    compiled = compile_fn(f)
+    for cols in (4, 3, 4, 3):
+        x = randn(3, cols)
+        assert_close(compiled(x), f(x))
+
+
+def test_constants_that_print_alike_are_not_confused():
+    # 1.0000001 and 1.0000002 both print as "1.00000" in nvFuser's text of the fusion.
+    check_parity(lambda x: x * 1.0000001 + x * 1.0000002 - x * 2.0, randn(4, 4, dtype=torch.float64),
+                 fused=False)

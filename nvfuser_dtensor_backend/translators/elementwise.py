@@ -16,7 +16,7 @@ from torch import fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from ..registry import translator
-from ._common import upcast, LOW_PRECISION, all_of, cast, compute_dtype, float_inputs, is_tensor, out_dtype
+from ._common import LOW_PRECISION, cast, compute_dtype, float_inputs, is_tensor, out_dtype, upcast
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -40,7 +40,10 @@ def promote(ctx, *args, dtype: torch.dtype | None = None):
 
 def torch_result_type(node: fx.Node) -> torch.dtype:
     """aten's result dtype for the node's tensor and number operands."""
-    operands = [v for v in _arg_meta(node) if isinstance(v, (torch.Tensor, bool, int, float))]
+    # A symbolic scalar promotes like a constant of its kind.
+    symbolic = {torch.SymBool: True, torch.SymInt: 1, torch.SymFloat: 1.0}
+    operands = [symbolic.get(type(v), v) for v in _arg_meta(node)]
+    operands = [v for v in operands if isinstance(v, (torch.Tensor, bool, int, float))]
     if not any(isinstance(v, torch.Tensor) for v in operands):
         return out_dtype_of(node)
     _, result = elementwise_dtypes(*operands, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)

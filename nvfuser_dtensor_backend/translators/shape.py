@@ -190,10 +190,10 @@ def select(ctx, a, dim, index):
 def split(ctx, a, split_size, dim=0):
     ndim = _rank(ctx)
     dim = canonical_dim(dim, ndim)
-    n = len(ctx.val)  # the number of chunks is fixed by the getitems in the code text
+    # Explicit ends (clamped by the slice) keep every chunk right for any size that reuses
+    # this definition; only the chunk count comes from meta, and unused chunks are dead.
     return tuple(
-        _slice_dim(ctx, a, ndim, dim, i * split_size, (i + 1) * split_size if i < n - 1 else None)
-        for i in range(n)
+        _slice_dim(ctx, a, ndim, dim, i * split_size, (i + 1) * split_size) for i in range(len(ctx.val))
     )
 
 

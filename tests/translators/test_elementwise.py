@@ -26,7 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 import nvfuser_dtensor_backend as nb
-from helpers import DEVICE, assert_close, check_parity, compile_fn, fused_ops, randn
+from helpers import DEVICE, assert_close, check_parity, fused_ops, randn
 from nvfuser_dtensor_backend.region import NvFuserFallbackWarning
 
 aten = torch.ops.aten

@@ -1,0 +1,39 @@
+"""The benchmark suite's CPU smoke run, so it cannot rot (the GPU runs are committed results)."""
+
+import json
+
+import pytest
+
+from benchmarks import plot, run
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    rows = run.main(["--device", "cpu", "--cases", "bias_gelu_tanh,layer_norm", "--dtype", "float32",
+                     "--backends", "eager,nvfuser_dtensor", "--iters", "2", "--out", str(out)])
+    return out, rows
+
+
+def test_smoke_run_measures_every_run(smoke):
+    out, rows = smoke
+    assert len(rows) == 2 * 2 * 2  # cases x modes x backends
+    for r in rows:
+        assert "error" not in r, r
+        assert r["throughput_us"] > 0 and r["latency_us"] > 0 and r["compile_s"] > 0
+    nvf = [r for r in rows if r["backend"] == "nvfuser_dtensor"]
+    assert all(r["regions"] >= 1 and r["fallbacks"] == 0 for r in nvf)
+    assert all(r["speedup_vs_eager"] > 0 for r in nvf)
+    fwd = [r for r in nvf if r["mode"] == "fwd"]
+    assert all(r["max_err_vs_fp64"] < 1e-4 and 0 < r["bandwidth_fraction"] for r in fwd)
+
+
+def test_outputs_and_redraw(smoke):
+    out, rows = smoke
+    data = json.loads((out / "results.json").read_text())
+    assert data["rows"] == json.loads(json.dumps(rows)) and data["environment"]["torch"]
+    assert (out / "results.csv").read_text().count("\n") == len(rows) + 1
+    assert "geometric-mean speedup over inductor" in (out / "summary.md").read_text()
+    (out / "compile.png").unlink()
+    plot.main([str(out / "results.json")])
+    assert (out / "compile.png").stat().st_size > 0
