@@ -106,9 +106,10 @@ def call_path_breakdown(device, dtype, iters):
         region = nb.reports()[-1].regions[0]
         entry = next(iter(region._entries.values()))
         rows = [("whole compiled call", lambda: compiled(x, b)), ("FusedRegion call", lambda: region(x, b))]
-        if device == "cuda" and hasattr(entry, "fd"):
-            rows.append(("fd.execute alone", lambda: entry.fd.execute([x, b])))
-            rows.append(("fd.fec.execute alone", lambda: entry.fd.fec.execute([x, b])))
+        fd = getattr(entry.run, "__self__", None)  # the FusionDefinition behind fd.execute
+        if device == "cuda" and fd is not None:
+            rows.append(("fd.execute alone", lambda: fd.execute([x, b])))
+            rows.append(("fd.fec.execute alone", lambda: fd.fec.execute([x, b])))
         for name, fn in rows:
             print(f"  {name:<24} {time_per_call(lambda *_: fn(), (), device, iters):8.1f} us", flush=True)
 

@@ -103,32 +103,28 @@ def _announce_evaluator() -> None:
 
 
 class _NvFuserEntry:
-    __slots__ = ("fd", "index", "single")
+    __slots__ = ("run", "index", "single")
 
     def __init__(self, built: BuiltFusion, single: bool):
-        self.fd = built.fd
+        self.run = built.fd.execute
         self.index = built.output_index
         self.single = single
 
     def __call__(self, args):
-        outs = self.fd.execute(args)
+        outs = self.run(args)
         if self.single:
             return outs[self.index[0]]
         return tuple(outs[i] for i in self.index)
 
 
 class _EvaluatorEntry(_NvFuserEntry):
-    __slots__ = ("evaluator",)
+    """The same entry with the CPU evaluator in place of ``fd.execute``."""
+
+    __slots__ = ()
 
     def __init__(self, built: BuiltFusion, single: bool):
         super().__init__(built, single)
-        self.evaluator = Evaluator(built.fd, built.constants)
-
-    def __call__(self, args):
-        outs = self.evaluator(args)
-        if self.single:
-            return outs[self.index[0]]
-        return tuple(outs[i] for i in self.index)
+        self.run = Evaluator(built.fd, built.constants)
 
 
 class _ContiguousEntry:

@@ -74,7 +74,7 @@ def upcast(ctx, x):
 # --- checks (read fx meta only, never nvFuser values) --------------------------------
 
 
-def _arg_tensors(node: fx.Node):
+def arg_tensors(node: fx.Node):
     for arg in node.all_input_nodes:
         v = arg.meta.get("val")
         if isinstance(v, torch.Tensor):
@@ -82,7 +82,7 @@ def _arg_tensors(node: fx.Node):
 
 
 def float_inputs(node: fx.Node) -> str | None:
-    for v in _arg_tensors(node):
+    for v in arg_tensors(node):
         if not v.dtype.is_floating_point:
             return f"needs floating-point inputs, got {v.dtype}"
     return None
@@ -90,6 +90,7 @@ def float_inputs(node: fx.Node) -> str | None:
 
 def float_output(node: fx.Node) -> str | None:
     v = node.meta.get("val")
+    v = v[0] if isinstance(v, (tuple, list)) else v
     if isinstance(v, torch.Tensor) and not v.dtype.is_floating_point:
         return f"needs a floating-point result, got {v.dtype}"
     return None

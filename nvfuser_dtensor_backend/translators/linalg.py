@@ -14,19 +14,15 @@ import torch
 from torch import fx
 
 from ..registry import translator
-from ._common import all_of, cast
+from ._common import all_of, arg_tensors, cast
 
 aten = torch.ops.aten
 
 MATMUL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _tensor_args(node: fx.Node):
-    return [a.meta.get("val") for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
-
-
 def _same_float_dtype(node: fx.Node) -> str | None:
-    dtypes = {t.dtype for t in _tensor_args(node)}
+    dtypes = {t.dtype for t in arg_tensors(node)}
     if len(dtypes) != 1 or next(iter(dtypes)) not in MATMUL_DTYPES:
         return f"needs one dtype among fp32/bf16/fp16, got {sorted(map(str, dtypes))}"
     return None

@@ -15,7 +15,7 @@ from torch import fx
 
 from .._nvfuser import nvfuser, to_nv_dtype
 from ..registry import translator
-from ._common import canonical_dims, cast, compute_dtype, is_tensor, out_dtype, torch_dtype, upcast
+from ._common import canonical_dims, cast, compute_dtype, float_output, is_tensor, out_dtype, torch_dtype, upcast
 
 aten = torch.ops.aten
 
@@ -38,10 +38,6 @@ def numel(ctx, x, dims):
         size = ctx.ops.size(x, d)
         n = size if n is None else ctx.ops.mul(n, size)
     return 1 if n is None else n
-
-
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    return compute_dtype(dtype)
 
 
 def sum_of(ctx, x, dims, keepdim=False, dtype=None):
@@ -72,16 +68,8 @@ def min_of(ctx, x, dims, keepdim=False):
 # --- checks ----------------------------------------------------------------------------
 
 
-def _float_result(node: fx.Node) -> str | None:
-    v = node.meta.get("val")
-    v = v[0] if isinstance(v, (tuple, list)) else v
-    if isinstance(v, torch.Tensor) and not v.dtype.is_floating_point:
-        return f"needs a floating-point result, got {v.dtype}"
-    return None
-
-
 def _int_correction(node: fx.Node) -> str | None:
-    reason = _float_result(node)
+    reason = float_output(node)
     if reason:
         return reason
     c = node.kwargs.get("correction")
@@ -95,18 +83,18 @@ def _int_correction(node: fx.Node) -> str | None:
 
 @translator(aten.sum.dim_IntList)
 def sum(ctx, x, dim=None, keepdim=False, *, dtype=None):
-    return sum_of(ctx, x, reduce_dims(x, dim), keepdim, _acc_dtype(out_dtype(ctx)))
+    return sum_of(ctx, x, reduce_dims(x, dim), keepdim, compute_dtype(out_dtype(ctx)))
 
 
 @translator(aten.sum.default)
 def sum_default(ctx, x, *, dtype=None):
-    return sum_of(ctx, x, reduce_dims(x, None), False, _acc_dtype(out_dtype(ctx)))
+    return sum_of(ctx, x, reduce_dims(x, None), False, compute_dtype(out_dtype(ctx)))
 
 
-@translator(aten.mean.dim, aten.mean.default, check=_float_result)
+@translator(aten.mean.dim, aten.mean.default, check=float_output)
 def mean(ctx, x, dim=None, keepdim=False, *, dtype=None):
     dims = reduce_dims(x, dim)
-    total = sum_of(ctx, x, dims, keepdim, _acc_dtype(out_dtype(ctx)))
+    total = sum_of(ctx, x, dims, keepdim, compute_dtype(out_dtype(ctx)))
     if not dims:
         return total
     return ctx.ops.div(total, numel(ctx, x, dims))
@@ -123,7 +111,7 @@ def amin(ctx, x, dim=(), keepdim=False):
 
 
 def _var_args(ctx, x, dim, correction):
-    x = cast(ctx, x, _acc_dtype(out_dtype(ctx)))
+    x = cast(ctx, x, compute_dtype(out_dtype(ctx)))
     return x, reduce_dims(x, dim), 1 if correction is None else int(correction)
 
 
@@ -153,7 +141,7 @@ def var_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
 @translator(aten.prod.dim_int)
 def prod(ctx, x, dim, keepdim=False, *, dtype=None):
     dims = reduce_dims(x, dim)
-    acc = _acc_dtype(out_dtype(ctx))
+    acc = compute_dtype(out_dtype(ctx))
     x = cast(ctx, x, acc)
     return ctx.ops.prod(x, dims=dims, keepdim=keepdim, dtype=to_nv_dtype(acc)) if dims else x
 
