@@ -10,8 +10,26 @@ python3 -m pip install -q --no-deps --no-build-isolation . > "$out/install.log" 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/env.txt"
 python3 -c "import torch, nvfuser_direct as n; print('torch', torch.__version__, 'nvfuser', n.__version__)" | tee -a "$out/env.txt"
 tests="${GPU_TESTS:-tests}"
-timeout "${GPU_TEST_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -rfE $tests "$@" 2>&1 | tee "$out/pytest.log" | tail -40
-echo "pytest exit: ${PIPESTATUS[0]}"
+jobs="${GPU_PARALLEL:-1}"
+if [ "$jobs" -le 1 ]; then
+  timeout "${GPU_TEST_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -rfE $tests "$@" 2>&1 | tee "$out/pytest.log" | tail -40
+  echo "pytest exit: ${PIPESTATUS[0]}"
+else
+  # Test files spread over $jobs pytest processes sharing the GPU (compiling fusions is
+  # CPU work, so this shortens the run); largest files first, round robin.
+  rm -f /tmp/gpu-group-*
+  files=$(find $tests -name 'test_*.py' -printf '%s %p\n' | sort -rn | awk '{print $2}')
+  i=0; for f in $files; do echo "$f" >> "/tmp/gpu-group-$((i % jobs))"; i=$((i + 1)); done
+  for g in $(seq 0 $((jobs - 1))); do
+    timeout "${GPU_TEST_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -rfE $(cat "/tmp/gpu-group-$g") "$@" \
+      > "$out/pytest-$g.log" 2>&1 &
+  done
+  wait
+  for g in $(seq 0 $((jobs - 1))); do
+    echo "== group $g: $(tr '\n' ' ' < "/tmp/gpu-group-$g")"
+    grep -E "^(FAILED|ERROR)|passed|failed" "$out/pytest-$g.log" | tail -15
+  done
+fi
 if [ "${GPU_BENCH:-1}" = 1 ]; then
   timeout "${GPU_BENCH_TIMEOUT:-240}" python3 -m benchmarks.first_look --iters 50 ${GPU_BENCH_ARGS:-} 2>&1 | tee "$out/first_look.log" | grep -v Warning
 fi
