@@ -173,6 +173,8 @@ def main(argv=None) -> list[dict]:
         env["copy_bandwidth_gbs"] = copy_bw / 1e9
         env["command"] = "python -m benchmarks.run " + " ".join(argv if argv is not None else os.sys.argv[1:])
         write_outputs(rows, env, a.out or None)
+    if mesh is not None:
+        torch.distributed.destroy_process_group()
     return rows
 
 

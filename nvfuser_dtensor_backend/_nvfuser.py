@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
+import os
 import sys
 from types import ModuleType
 
@@ -27,7 +29,23 @@ def nvfuser() -> ModuleType:
         import nvfuser_direct
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise NvFuserMissingError(f"{INSTALL_HINT}\n(import error: {e})") from e
+    if not torch.cuda.is_available():
+        atexit.register(_hide_launcher_env)
     return nvfuser_direct
+
+
+# Note [nvFuser communicator at exit]
+# Under torchrun (RANK/WORLD_SIZE/... set) on a machine without a usable GPU, nvFuser's
+# communicator is torn down at interpreter exit, calls CUDA and aborts the process
+# ("CUDA driver version is insufficient", exit code 134) after all work is done. Hiding the
+# launcher's variables at exit (when nothing reads them any more) lets the process end
+# cleanly; the handler is registered after nvFuser's import, so it runs before nvFuser's.
+_LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def _hide_launcher_env() -> None:
+    for name in _LAUNCHER_ENV:
+        os.environ.pop(name, None)
 
 
 def available() -> bool:
