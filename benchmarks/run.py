@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import json
 import os
 import platform
 import subprocess
@@ -120,6 +121,21 @@ def derive(rows: list[dict], copy_bw: float) -> None:
             r["bandwidth_fraction"] = r["bytes_moved"] / (r["throughput_us"] * 1e-6) / copy_bw
 
 
+def _key(row: dict) -> tuple:
+    return tuple(row.get(k) for k in ("case", "size", "dtype", "mode", "backend"))
+
+
+def _merge(path: Path, rows: list[dict], env: dict) -> tuple[list[dict], dict]:
+    """Earlier rows of ``path`` plus ``rows`` (new rows replace old ones with the same key)."""
+    if not path.exists():
+        return rows, env
+    old = json.loads(path.read_text())
+    new_keys = {_key(r) for r in rows}
+    merged = [r for r in old["rows"] if _key(r) not in new_keys] + rows
+    env = dict(env, command=f"{old['environment'].get('command')} ; {env['command']}")
+    return merged, env
+
+
 def _init_mesh(device: str):
     """Tensor-parallel mode under torchrun: one process per device, 1-D mesh."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 and "LOCAL_RANK" not in os.environ:
@@ -143,6 +159,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--backends", default=",".join(BACKENDS))
     p.add_argument("--iters", type=int, default=0, help="calls per timing repeat (default 50 on CUDA, 3 on CPU)")
     p.add_argument("--out", default="", help="folder for results.json/csv, plots and summary.md")
+    p.add_argument("--append", action="store_true",
+                   help="merge into the results.json already in --out (a long suite split over several runs)")
     a = p.parse_args(argv)
 
     device = a.device
@@ -167,11 +185,13 @@ def main(argv=None) -> list[dict]:
             rows.append({"case": case.name, "size": size, "dtype": str(dtype).replace("torch.", ""),
                          "mode": mode, "backend": backend, "error": f"{type(e).__name__}: {str(e)[:300]}"})
     copy_bw = copy_bandwidth(device)
-    derive(rows, copy_bw)
     if rank0:
         env = environment(device, mesh)
         env["copy_bandwidth_gbs"] = copy_bw / 1e9
         env["command"] = "python -m benchmarks.run " + " ".join(argv if argv is not None else os.sys.argv[1:])
+        if a.append and a.out:
+            rows, env = _merge(Path(a.out) / "results.json", rows, env)
+        derive(rows, copy_bw)
         write_outputs(rows, env, a.out or None)
     if mesh is not None:
         torch.distributed.destroy_process_group()

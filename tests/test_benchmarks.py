@@ -37,3 +37,12 @@ def test_outputs_and_redraw(smoke):
     (out / "compile.png").unlink()
     plot.main([str(out / "results.json")])
     assert (out / "compile.png").stat().st_size > 0
+
+
+def test_append_merges_runs(smoke):
+    out, rows = smoke
+    more = run.main(["--device", "cpu", "--cases", "softmax", "--dtype", "float32", "--modes", "fwd",
+                     "--backends", "eager", "--iters", "2", "--out", str(out), "--append"])
+    data = json.loads((out / "results.json").read_text())
+    assert len(data["rows"]) == len(more) == len(rows) + 1  # main() returns the merged rows
+    assert data["environment"]["command"].count("benchmarks.run") == 2
