@@ -1,0 +1,112 @@
+"""DTensor placements <-> nvFuser's multidevice schedule (groundwork of the global-view path).
+
+Note [Global view]
+A fusion over DTensors is defined with GLOBAL shapes. Each input TensorView gets the
+DeviceMesh of its DTensor, and each ``Shard(d)`` on mesh dimension k becomes
+``outer_split(d, mesh.size(k))`` + ``axis(d).parallelize(mesh_x/mesh_y/mesh_z[k])``;
+``Replicate`` stays unsplit. nvFuser propagates the shardings and inserts the
+communication; the fusion runs on each rank's local shard. ``Partial`` inputs, uneven
+shards, meshes of more than 3 dims and a tensor dim sharded on two mesh dims cannot be
+expressed this way: :func:`placement_reason` says why, and such graphs take the local path
+(AOTAutograd's DTensor desugaring, collectives run by PyTorch).
+
+Translators never see placements; this module is the only place that does.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from ._nvfuser import nvfuser
+
+MAX_MESH_DIMS = 3
+
+
+@dataclass(frozen=True)
+class PlacementDesc:
+    """A DTensor's mesh and placements, hashable (part of a fusion's cache key)."""
+
+    mesh_shape: tuple[int, ...]
+    devices: tuple[int, ...]  # the mesh's device ids, row-major
+    placements: tuple[tuple, ...]  # ("shard", dim) | ("replicate",) | ("partial", op) | ("other", repr)
+
+    @staticmethod
+    def of(dt) -> "PlacementDesc":
+        """From a DTensor or a fake DTensor (``node.meta["example_value"]``)."""
+        from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
+
+        placements = []
+        for p in dt.placements:
+            if type(p) is Shard:  # not _StridedShard, which subclasses Shard
+                placements.append(("shard", p.dim % dt.ndim if dt.ndim else p.dim))
+            elif isinstance(p, Replicate):
+                placements.append(("replicate",))
+            elif isinstance(p, Partial):
+                placements.append(("partial", p.reduce_op))
+            else:
+                placements.append(("other", repr(p)))
+        mesh = dt.device_mesh
+        return PlacementDesc(tuple(mesh.mesh.shape), tuple(int(d) for d in mesh.mesh.flatten().tolist()),
+                             tuple(placements))
+
+    @property
+    def sharded_dims(self) -> dict[int, int]:
+        """tensor dim -> mesh dim, for every Shard placement."""
+        return {p[1]: k for k, p in enumerate(self.placements) if p[0] == "shard"}
+
+
+def placement_reason(desc: PlacementDesc, global_shape) -> str | None:
+    """Why nvFuser's global view cannot take this DTensor input, or None."""
+    if len(desc.mesh_shape) > MAX_MESH_DIMS:
+        return f"a {len(desc.mesh_shape)}-D device mesh (nvFuser has mesh_x/y/z)"
+    seen = set()
+    for k, p in enumerate(desc.placements):
+        if p[0] == "partial":
+            return f"Partial({p[1]}) input"
+        if p[0] == "other":
+            return f"placement {p[1]}"
+        if p[0] == "shard":
+            dim = p[1]
+            if dim in seen:
+                return f"tensor dim {dim} sharded on several mesh dims"
+            seen.add(dim)
+            size = global_shape[dim]
+            if isinstance(size, int) and size % desc.mesh_shape[k]:
+                return f"uneven shard: dim {dim} of size {size} over {desc.mesh_shape[k]} devices"
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def device_mesh(mesh_shape: tuple[int, ...], devices: tuple[int, ...]):
+    """nvFuser DeviceMesh, built once per mesh (not per call)."""
+    ids = torch.tensor(devices, dtype=torch.int64).reshape(mesh_shape)
+    return nvfuser().multidevice.DeviceMesh(ids)
+
+
+def mesh_axes():
+    PT = nvfuser().ParallelType
+    return (PT.mesh_x, PT.mesh_y, PT.mesh_z)
+
+
+def schedule_input(tv, desc: PlacementDesc) -> None:
+    """Annotate one input TensorView with its mesh and shardings (see Note [Global view])."""
+    tv.set_device_mesh(device_mesh(desc.mesh_shape, desc.devices))
+    axes = mesh_axes()
+    # Split higher tensor dims first so the positions of lower dims do not move.
+    for dim, k in sorted(desc.sharded_dims.items(), reverse=True):
+        tv.outer_split(dim, desc.mesh_shape[k])
+        tv.axis(dim).parallelize(axes[k])
+
+
+def placements_from_sharding(sharding, mesh_ndim: int):
+    """DTensor placements of an output from nvFuser's ``Sharding`` (never Partial)."""
+    from torch.distributed.tensor.placement_types import Replicate, Shard
+
+    placements = []
+    for axis in mesh_axes()[:mesh_ndim]:
+        dim = sharding.axis_sharded_on(axis)
+        placements.append(Replicate() if dim < 0 else Shard(dim))
+    return tuple(placements)

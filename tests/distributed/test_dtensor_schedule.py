@@ -1,0 +1,94 @@
+"""DTensor placements -> nvFuser multidevice schedule, on the real nvFuser IR (fake process group)."""
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from nvfuser_dtensor_backend._nvfuser import nvfuser
+from nvfuser_dtensor_backend.dtensor import (
+    PlacementDesc,
+    placement_reason,
+    placements_from_sharding,
+    schedule_input,
+)
+
+
+@pytest.fixture(params=[2, 4], ids=["world2", "world4"])
+def world(request):
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=request.param)
+    yield request.param
+    dist.destroy_process_group()
+
+
+def _define(fd, dt):
+    return fd.define_tensor(shape=[-1] * dt.ndim, contiguity=[True] * dt.ndim, dtype=nvfuser().DataType.Float)
+
+
+def test_shard_becomes_device_axis_on_the_right_dim(world):
+    mesh = init_device_mesh("cpu", (world,))
+    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(1)])
+    w = distribute_tensor(torch.randn(16, 16), mesh, [Replicate()])
+    dx, dw = PlacementDesc.of(x), PlacementDesc.of(w)
+    assert dx.placements == (("shard", 1),) and dw.placements == (("replicate",),)
+    assert placement_reason(dx, x.shape) is None and placement_reason(dw, w.shape) is None
+    with nvfuser().FusionDefinition() as fd:
+        tx, tw = _define(fd, x), _define(fd, w)
+        fd.add_output(fd.ops.relu(fd.ops.add(tx, tw)))
+        schedule_input(tx, dx)
+        schedule_input(tw, dw)
+    sx, sw = str(tx), str(tw)
+    # Shard(1): the outer split of logical dim 1 is the device axis, dim 0 untouched.
+    assert sx.split("[")[1].split(",")[0].startswith("iS"), sx
+    assert "ideviceIdx.x" in sx.split(",")[1] and f"{{{world}}}" in sx.split(",")[1], sx
+    assert "ideviceIdx" not in sw, sw  # Replicate: no device axis
+    assert f"DeviceMesh{{{' '.join(map(str, range(world)))}}}" in sx
+
+
+def test_two_dim_mesh_uses_mesh_x_and_mesh_y():
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        mesh = init_device_mesh("cpu", (2, 2))
+        x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0), Shard(1)])
+        desc = PlacementDesc.of(x)
+        assert desc.mesh_shape == (2, 2) and desc.devices == (0, 1, 2, 3)
+        with nvfuser().FusionDefinition() as fd:
+            t = _define(fd, x)
+            fd.add_output(fd.ops.exp(t))
+            schedule_input(t, desc)
+        text = str(t)
+        assert text.index("ideviceIdx.x") < text.index("ideviceIdx.y"), text
+    finally:
+        dist.destroy_process_group()
+
+
+def test_reasons_for_what_the_global_view_cannot_take(world):
+    mesh = init_device_mesh("cpu", (world,))
+    partial = PlacementDesc((world,), tuple(range(world)), (("partial", "sum"),))
+    assert "Partial" in placement_reason(partial, (8, 8))
+    uneven = PlacementDesc.of(distribute_tensor(torch.randn(world + 1, 4), mesh, [Shard(0)]))
+    assert "uneven" in placement_reason(uneven, (world + 1, 4))
+    assert "4-D" in placement_reason(PlacementDesc((1, 1, 1, 1), (0,), (("replicate",),) * 4), (4,))
+    twice = PlacementDesc((2, 2), (0, 1, 2, 3), (("shard", 0), ("shard", 0)))
+    assert "several mesh dims" in placement_reason(twice, (8, 8))
+    # The descriptor is a cache-key part: equal for the same mesh and placements, any shape.
+    a = PlacementDesc.of(distribute_tensor(torch.randn(8, 8), mesh, [Shard(0)]))
+    b = PlacementDesc.of(distribute_tensor(torch.randn(4 * world, 3), mesh, [Shard(0)]))
+    c = PlacementDesc.of(distribute_tensor(torch.randn(8, 8), mesh, [Shard(1)]))
+    assert a == b and hash(a) == hash(b) and a != c
+
+
+def test_placements_from_sharding():
+    class FakeSharding:  # what fd.fec.get_output_shardings() returns, reduced to its API
+        def __init__(self, dims):
+            self.dims = dims
+
+        def axis_sharded_on(self, axis):
+            return self.dims.get(str(axis), -1)
+
+    PT = nvfuser().ParallelType
+    out = placements_from_sharding(FakeSharding({str(PT.mesh_x): 1}), 2)
+    assert out == (Shard(1), Replicate())
+    assert Partial not in map(type, out)
