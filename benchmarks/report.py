@@ -14,6 +14,23 @@ GOAL_GEOMEAN = 1.25  # x inductor, over the fusion cases
 GOAL_BANDWIDTH = 0.9  # of copy bandwidth, memory-bound cases at the large size
 
 
+RUN_FIELDS = ("case", "size", "dtype", "mode")
+
+
+def run_key(row: dict, backend: str | None = None) -> tuple:
+    """(case, size, dtype, mode, backend) of a result row; ``backend`` overrides the row's."""
+    return tuple(row.get(k) for k in RUN_FIELDS) + (backend or row.get("backend"),)
+
+
+def _save(fig, path: Path, paths: list) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    paths.append(path)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
 def _fmt(v, spec=".1f"):
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
@@ -69,10 +86,10 @@ def summary(rows: list[dict], env: dict) -> str:
             ok = r["speedup_vs_inductor"] >= 1.0
             lines.append(f"| {r['case']} {r['dtype']} {r['mode']} call time (small) | {r['throughput_us']:.1f} us "
                          f"({r['speedup_vs_inductor']:.2f}x inductor) | <= inductor's | {'yes' if ok else 'no'} |")
-    by_key = {(r["case"], r["size"], r["dtype"], r["mode"], r["backend"]): r for r in rows if "error" not in r}
+    by_key = {run_key(r): r for r in rows if "error" not in r}
     slower_compile = []
     for r in nvf:
-        ind = by_key.get((r["case"], r["size"], r["dtype"], r["mode"], "inductor"))
+        ind = by_key.get(run_key(r, "inductor"))
         if ind and r["compile_s"] > ind["compile_s"]:
             slower_compile.append(f"{r['case']}/{r['size']}/{r['dtype']}/{r['mode']}")
     lines.append(f"| compile time <= inductor's | {len(nvf) - len(slower_compile)} of {len(nvf)} runs | all | "
@@ -106,15 +123,12 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
         ax.set_ylabel("speedup over inductor (throughput)")
         ax.set_title("nvfuser_dtensor vs inductor")
         ax.legend()
-        fig.tight_layout()
-        paths.append(out / "speedup.png")
-        fig.savefig(paths[-1], dpi=120)
-        plt.close(fig)
+        _save(fig, out / "speedup.png", paths)
     timed = [r for r in rows if r.get("compile_s") is not None and r.get("backend") != "eager"]
     if timed:
-        keys = sorted({(r["case"], r["size"], r["dtype"], r["mode"]) for r in timed})
+        keys = sorted({run_key(r)[:-1] for r in timed})
         backends = sorted({r["backend"] for r in timed})
-        by = {(r["case"], r["size"], r["dtype"], r["mode"], r["backend"]): r["compile_s"] for r in timed}
+        by = {run_key(r): r["compile_s"] for r in timed}
         fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(keys)), 5))
         width = 0.8 / len(backends)
         for i, b in enumerate(backends):
@@ -123,10 +137,7 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
                       fontsize=6)
         ax.set_ylabel("first call (compile) s")
         ax.legend()
-        fig.tight_layout()
-        paths.append(out / "compile.png")
-        fig.savefig(paths[-1], dpi=120)
-        plt.close(fig)
+        _save(fig, out / "compile.png", paths)
     return paths
 
 

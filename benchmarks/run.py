@@ -28,7 +28,7 @@ import nvfuser_dtensor_backend as nb
 
 from . import cases as cases_mod
 from .measure import copy_bandwidth, max_error_vs_float64, step_function, sync, time_per_call, time_single_call
-from .report import write_outputs
+from .report import run_key, write_outputs
 
 BACKENDS = ("eager", "inductor", "nvfuser_dtensor")
 
@@ -110,19 +110,14 @@ def measure_one(case, size, dtype, device, mode, backend, iters, mesh) -> dict:
 
 def derive(rows: list[dict], copy_bw: float) -> None:
     """Speedups over inductor and eager, and achieved bandwidth as a fraction of copy bandwidth."""
-    by_key = {(r["case"], r["size"], r["dtype"], r["mode"], r["backend"]): r for r in rows}
+    by_key = {run_key(r): r for r in rows}
     for r in rows:
-        key = (r["case"], r["size"], r["dtype"], r["mode"])
         for base in ("inductor", "eager"):
-            other = by_key.get(key + (base,))
+            other = by_key.get(run_key(r, base))
             if other and other.get("throughput_us") and r.get("throughput_us"):
                 r[f"speedup_vs_{base}"] = other["throughput_us"] / r["throughput_us"]
         if r.get("bytes_moved") and r.get("throughput_us"):
             r["bandwidth_fraction"] = r["bytes_moved"] / (r["throughput_us"] * 1e-6) / copy_bw
-
-
-def _key(row: dict) -> tuple:
-    return tuple(row.get(k) for k in ("case", "size", "dtype", "mode", "backend"))
 
 
 def _merge(path: Path, rows: list[dict], env: dict) -> tuple[list[dict], dict]:
@@ -130,8 +125,8 @@ def _merge(path: Path, rows: list[dict], env: dict) -> tuple[list[dict], dict]:
     if not path.exists():
         return rows, env
     old = json.loads(path.read_text())
-    new_keys = {_key(r) for r in rows}
-    merged = [r for r in old["rows"] if _key(r) not in new_keys] + rows
+    new_keys = {run_key(r) for r in rows}
+    merged = [r for r in old["rows"] if run_key(r) not in new_keys] + rows
     env = dict(env, command=f"{old['environment'].get('command')} ; {env['command']}")
     return merged, env
 
