@@ -141,8 +141,10 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
     return paths
 
 
-def write_outputs(rows: list[dict], env: dict, out: str | None) -> None:
-    print(table(rows), flush=True)
+def write_outputs(rows: list[dict], env: dict, out: str | None, final: bool = True) -> None:
+    """Table, JSON, CSV, plots and summary; ``final=False`` writes only JSON and CSV (a checkpoint)."""
+    if final:
+        print(table(rows), flush=True)
     if not out:
         return
     folder = Path(out)
@@ -153,6 +155,8 @@ def write_outputs(rows: list[dict], env: dict, out: str | None) -> None:
         writer = csv.DictWriter(f, fieldnames=keys)
         writer.writeheader()
         writer.writerows(rows)
+    if not final:
+        return
     plot(rows, folder)
     (folder / "summary.md").write_text(summary(rows, env))
     print(f"wrote {folder}/results.json, results.csv, summary.md and plots", flush=True)

@@ -71,6 +71,11 @@ def _compile(fn, backend: str):
     return torch.compile(fn, backend=name, options={flag: True} if flag else None, dynamic=False)
 
 
+def _row(case, size, dtype, mode, backend) -> dict:
+    return {"case": case.name, "size": size, "dtype": str(dtype).replace("torch.", ""), "mode": mode,
+            "backend": backend}
+
+
 def measure_one(case, size, dtype, device, mode, backend, iters, mesh) -> dict:
     torch.manual_seed(0)
     work = case.build(size, dtype, device, mesh)
@@ -82,8 +87,7 @@ def measure_one(case, size, dtype, device, mode, backend, iters, mesh) -> dict:
     nb.clear_reports()
     compiled = _compile(fn, backend)
     step = step_function(compiled, train)
-    row = {"case": case.name, "size": size, "dtype": str(dtype).replace("torch.", ""), "mode": mode,
-           "backend": backend}
+    row = _row(case, size, dtype, mode, backend)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
@@ -101,7 +105,7 @@ def measure_one(case, size, dtype, device, mode, backend, iters, mesh) -> dict:
         row["regions"] = sum(len(r.partition.regions) for r in reports)
         row["fallbacks"] = sum(1 for r in reports for region in r.regions if region.fallback_reason)
         row["ops_in_pytorch"] = sum(sum(r.partition.unsupported.values()) for r in reports)
-    if mesh is None:  # after the region count: this call compiles an inference graph too
+    if mesh is None and not train:  # fwd+bwd has the same forward; its error would cost a recompile
         errors = max_error_vs_float64(work.fn, compiled, work.inputs)
         if errors:
             row["max_err_vs_fp64"], row["eager_err_vs_fp64"] = errors
@@ -120,11 +124,10 @@ def derive(rows: list[dict], copy_bw: float) -> None:
             r["bandwidth_fraction"] = r["bytes_moved"] / (r["throughput_us"] * 1e-6) / copy_bw
 
 
-def _merge(path: Path, rows: list[dict], env: dict) -> tuple[list[dict], dict]:
-    """Earlier rows of ``path`` plus ``rows`` (new rows replace old ones with the same key)."""
-    if not path.exists():
+def _merge(old: dict | None, rows: list[dict], env: dict) -> tuple[list[dict], dict]:
+    """Rows of an earlier results.json (``old``) plus ``rows``; new rows replace old ones with the same key."""
+    if old is None:
         return rows, env
-    old = json.loads(path.read_text())
     new_keys = {run_key(r) for r in rows}
     merged = [r for r in old["rows"] if run_key(r) not in new_keys] + rows
     env = dict(env, command=f"{old['environment'].get('command')} ; {env['command']}")
@@ -156,6 +159,11 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--out", default="", help="folder for results.json/csv, plots and summary.md")
     p.add_argument("--append", action="store_true",
                    help="merge into the results.json already in --out (a long suite split over several runs)")
+    p.add_argument("--resume", action="store_true",
+                   help="with --append: skip the runs that results.json in --out already holds without error")
+    p.add_argument("--budget-s", type=float, default=0,
+                   help="start no new case after this many seconds (0: no limit); rerun with --append --resume "
+                        "to continue")
     a = p.parse_args(argv)
 
     device = a.device
@@ -172,22 +180,38 @@ def main(argv=None) -> list[dict]:
     runs = [(cases_mod.BY_NAME[n], s, d, m, b) for n in names for s in sizes for d in dtypes
             for m in a.modes.split(",") for b in a.backends.split(",")]
 
-    rows = []
-    for case, size, dtype, mode, backend in tqdm(runs, desc="benchmarks", disable=not rank0):
+    old_path = Path(a.out) / "results.json" if a.out else None
+    old = json.loads(old_path.read_text()) if a.append and old_path and old_path.exists() else None
+    done = {run_key(r) for r in old["rows"] if "error" not in r} if old and a.resume else set()
+    runs = [r for r in runs if run_key(_row(*r)) not in done]
+    copy_bw = copy_bandwidth(device)
+    env = environment(device, mesh)
+    env["copy_bandwidth_gbs"] = copy_bw / 1e9
+    env["command"] = "python -m benchmarks.run " + " ".join(argv if argv is not None else os.sys.argv[1:])
+
+    def save(rows, final):
+        merged, merged_env = _merge(old, rows, env)
+        derive(merged, copy_bw)
+        write_outputs(merged, merged_env, a.out or None, final=final)
+        return merged
+
+    rows, t_start, left = [], time.perf_counter(), 0
+    for i, (case, size, dtype, mode, backend) in enumerate(tqdm(runs, desc="benchmarks", disable=not rank0)):
+        # The budget stops only between case x size x dtype x mode groups, so backends stay comparable.
+        new_group = i > 0 and runs[i - 1][:4] != runs[i][:4]
+        if new_group and a.budget_s and time.perf_counter() - t_start > a.budget_s:
+            left = len(runs) - i
+            break
         try:
             rows.append(measure_one(case, size, dtype, device, mode, backend, iters, mesh))
         except Exception as e:  # noqa: BLE001 - a failing backend is a result, not a crash
-            rows.append({"case": case.name, "size": size, "dtype": str(dtype).replace("torch.", ""),
-                         "mode": mode, "backend": backend, "error": f"{type(e).__name__}: {str(e)[:300]}"})
-    copy_bw = copy_bandwidth(device)
+            rows.append(dict(_row(case, size, dtype, mode, backend), error=f"{type(e).__name__}: {str(e)[:300]}"))
+        if rank0 and a.out:
+            save(rows, final=False)  # a run cut short by a timeout keeps what it measured
     if rank0:
-        env = environment(device, mesh)
-        env["copy_bandwidth_gbs"] = copy_bw / 1e9
-        env["command"] = "python -m benchmarks.run " + " ".join(argv if argv is not None else os.sys.argv[1:])
-        if a.append and a.out:
-            rows, env = _merge(Path(a.out) / "results.json", rows, env)
-        derive(rows, copy_bw)
-        write_outputs(rows, env, a.out or None)
+        rows = save(rows, final=True)
+        if left:
+            print(f"budget of {a.budget_s:.0f} s spent: {left} runs left; rerun with --append --resume", flush=True)
     if mesh is not None:
         torch.distributed.destroy_process_group()
     return rows

@@ -46,3 +46,16 @@ def test_append_merges_runs(smoke):
     data = json.loads((out / "results.json").read_text())
     assert len(data["rows"]) == len(more) == len(rows) + 1  # main() returns the merged rows
     assert data["environment"]["command"].count("benchmarks.run") == 2
+
+
+def test_budget_stops_between_groups_and_resume_continues(tmp_path):
+    args = ["--device", "cpu", "--cases", "bias_gelu_tanh,softmax", "--dtype", "float32", "--modes", "fwd",
+            "--backends", "eager,nvfuser_dtensor", "--iters", "2", "--out", str(tmp_path), "--append"]
+    first = run.main(args + ["--budget-s", "1e-9"])  # the first group always runs, then the budget is spent
+    assert sorted((r["case"], r["backend"]) for r in first) == [("bias_gelu_tanh", "eager"),
+                                                                ("bias_gelu_tanh", "nvfuser_dtensor")]
+    rows = run.main(args + ["--resume"])
+    assert sorted((r["case"], r["backend"]) for r in rows) == sorted(
+        (c, b) for c in ("bias_gelu_tanh", "softmax") for b in ("eager", "nvfuser_dtensor"))
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert [r["throughput_us"] for r in data["rows"][:2]] == [r["throughput_us"] for r in first]  # kept, not re-run
