@@ -25,6 +25,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ._nvfuser import nvfuser
 from .decompositions import decomposition_table
+from .global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
 from .options import Options
 from .partition import PartitionReport, partition
 from .region import FUSION_CACHE, FusedRegion
@@ -97,11 +98,6 @@ class LazyInductor:
         return run
 
 
-def _region_fallback(sub: fx.GraphModule, options: Options) -> Callable | None:
-    """What a region runs when nvFuser fails on it: the aten subgraph, or inductor's build."""
-    return LazyInductor(sub) if options.fallback == "inductor" else None
-
-
 class _RestSupport(OperatorSupportBase):
     """Everything between the nvFuser regions (the regions and their getitems excluded)."""
 
@@ -142,14 +138,18 @@ def _compile_rest_with_inductor(fused: fx.GraphModule) -> list[LazyInductor]:
     return parts
 
 
-def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kind: str) -> Callable:
-    """Partition an aten graph and swap each region for a FusedRegion."""
+def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kind: str,
+                       region_cls: type = FusedRegion) -> Callable:
+    """Partition an aten graph and swap each region for a FusedRegion (or ``region_cls``)."""
     fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul)
-    graph_report = GraphReport(kind=kind, partition=report)
+    # The global view runs its graphs on DTensors, which inductor does not take: there,
+    # regions fall back to the aten code and the code between regions stays as it is.
+    use_inductor = options.fallback == "inductor" and region_cls is FusedRegion
+    graph_report = GraphReport(kind=kind if region_cls is FusedRegion else f"{kind}, global view", partition=report)
     regions = {}
     for name in names:
         sub = getattr(fused, name)
-        region = FusedRegion(f"{kind}.{name}", sub, options, _region_fallback(sub, options))
+        region = region_cls(f"{kind}.{name}", sub, options, LazyInductor(sub) if use_inductor else None)
         setattr(fused, name, region)
         graph_report.regions.append(region)
         regions[name] = region
@@ -159,11 +159,11 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
         if node.op == "call_module" and node.target in regions:
             node.op, node.target = "call_function", regions[node.target].forward
     fused.recompile()
-    if options.fallback == "inductor" and names:
+    if use_inductor and names:
         graph_report.inductor_parts = _compile_rest_with_inductor(fused)
     _REPORTS.append(graph_report)
     log.info("nvfuser_dtensor %s", graph_report.summary())
-    if options.fallback == "inductor" and not names:
+    if use_inductor and not names:
         whole = LazyInductor(gm)
         graph_report.inductor_parts = [whole]
         return make_boxed_func(whole)
@@ -175,6 +175,15 @@ def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = N
     opts = Options.from_dict(options)
     nvfuser()  # raises NvFuserMissingError with the pip command that fixes it
     FUSION_CACHE.maxsize = opts.cache_size  # process-wide: the last compile's setting holds
+    if has_dtensor(example_inputs):
+        reason = global_view_reason(gm, example_inputs)
+        if reason is None:
+            try:
+                return compile_global_view(gm, example_inputs, opts, compile_aten_graph)
+            except NotGlobalView as e:
+                reason = str(e)
+        log.warning("nvfuser_dtensor: DTensor graph takes the local path (per-rank fusions, collectives run "
+                    "by PyTorch): %s", reason)
 
     def compiler(kind):
         def compile_fn(g, inputs):

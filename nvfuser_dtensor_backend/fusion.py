@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import fx
@@ -140,8 +140,12 @@ def _fix_dtype(ctx: TranslationContext, value, expected):
     return value
 
 
-def build_fusion(region: fx.GraphModule, descs: list) -> BuiltFusion:
-    """Translate ``region`` into a new FusionDefinition for inputs described by ``descs``."""
+def build_fusion(region: fx.GraphModule, descs: list, schedule: Callable | None = None) -> BuiltFusion:
+    """Translate ``region`` into a new FusionDefinition for inputs described by ``descs``.
+
+    ``schedule(input_tvs)``, if given, annotates the inputs once the fusion is defined (the
+    multidevice schedule of the DTensor global view, dtensor.py).
+    """
     nvf = nvfuser()
     constants: dict[str, float] = {}
     env: dict[fx.Node, Any] = {}
@@ -180,4 +184,6 @@ def build_fusion(region: fx.GraphModule, descs: list) -> BuiltFusion:
                         seen[key] = len(seen)
                         fd.add_output(value)
                     index.append(seen[key])
+        if schedule is not None:
+            schedule([env[n] for n in placeholders])
     return BuiltFusion(fd=fd, constants=constants, output_index=index)

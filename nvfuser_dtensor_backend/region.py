@@ -210,8 +210,8 @@ class FusedRegion(torch.nn.Module):
         fallback = self._fail(key, f"nvFuser failed at run time: {_first_line(error)}", error)
         return fallback(list(args))
 
-    def _build(self, descs) -> BuiltFusion:
-        built = build_fusion(self.region, list(descs))
+    def _build(self, descs, schedule=None) -> BuiltFusion:
+        built = build_fusion(self.region, list(descs), schedule)
         if self.options.dump_dir:
             os.makedirs(self.options.dump_dir, exist_ok=True)
             n = FUSION_CACHE.builds

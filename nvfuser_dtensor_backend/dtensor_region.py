@@ -1,0 +1,198 @@
+"""A fusion region of the DTensor global view at run time (see Note [Global view] in dtensor.py).
+
+The region's inputs are DTensors (plain tensors count as ``Replicate`` on the same mesh, as
+under DTensor's ``implicit_replication``). The fusion is defined with the GLOBAL shapes and
+each input annotated with its mesh and shardings; it runs on the local shards, nvFuser
+inserts the communication, and each output comes back as a DTensor with the placements that
+eager DTensor gives (found once per input signature by running the region on fake DTensors),
+redistributed where nvFuser's sharding differs (e.g. ``Partial``, which nvFuser never makes).
+
+On CPU the evaluator stands in for nvFuser and reproduces the same semantics the simple way:
+gather every input (``full_tensor``), evaluate the global fusion, keep each rank's part.
+"""
+
+from __future__ import annotations
+
+import logging
+import torch
+from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+from torch.distributed.tensor.placement_types import Partial
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from ._nvfuser import version as nvfuser_version
+from .dtensor import PlacementDesc, placement_reason, placements_from_sharding, schedule_input
+from .evaluator import Evaluator
+from .fusion import describe
+from .region import FUSION_CACHE, FusedRegion, _announce_evaluator, _first_line
+
+log = logging.getLogger("nvfuser_dtensor_backend")
+
+
+class GlobalViewRegion(FusedRegion):
+    """A :class:`FusedRegion` whose inputs are DTensors, fused in the global view."""
+
+    def forward(self, *args):
+        key = tuple(_fast_key(a) for a in args)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._prepare(args, key)
+        try:
+            return entry(list(args))
+        except Exception as e:  # nvFuser compile/run errors surface on the first execute
+            if entry is self._run_fallback:
+                raise
+            fallback = self._fail(key, f"nvFuser failed at run time: {_first_line(e)}", e)
+            return fallback(list(args))
+
+    def _make_entry(self, args):
+        mesh = next(a.device_mesh for a in args if isinstance(a, DTensor))
+        placements = []
+        for a in args:
+            if isinstance(a, DTensor):
+                if a.device_mesh != mesh:
+                    raise _NotGlobal("inputs on different device meshes")
+                desc = PlacementDesc.of(a)
+                reason = placement_reason(desc, a.shape)
+                if reason:
+                    raise _NotGlobal(reason)
+                placements.append(desc)
+            elif isinstance(a, torch.Tensor) and a.dim() > 0:
+                placements.append(PlacementDesc.of(_replicated_like(a, mesh)))
+            else:
+                placements.append(None)
+        expected = _expected_placements(self.region, args, mesh)
+        descs = tuple(describe(a) for a in args)  # global shapes and strides
+        cache_key = (self._code_key, descs, tuple(placements), nvfuser_version())
+
+        def schedule(tvs):
+            for tv, desc in zip(tvs, placements):
+                if desc is not None:
+                    schedule_input(tv, desc)
+
+        built = FUSION_CACHE.get_or_build(cache_key, lambda: self._build(descs, schedule))
+        if not any(_local(a).is_cuda for a in args if isinstance(a, torch.Tensor)):
+            _announce_evaluator()
+            return _GatherEvaluateEntry(built, self._single, mesh, expected)
+        return _GlobalViewEntry(built, self._single, mesh, expected)
+
+    def _prepare(self, args, key):
+        if len(self._entries) > 64:
+            self._entries.clear()
+        try:
+            entry = self._make_entry(args)
+        except _NotGlobal as e:
+            return self._fail(key, f"the global view cannot take it ({e}); running it with DTensor", e)
+        except Exception as e:
+            return self._fail(key, f"the fusion could not be defined: {_first_line(e)}", e)
+        self._entries[key] = entry
+        return entry
+
+
+class _NotGlobal(Exception):
+    """An input signature the global view cannot express (the region runs with DTensor)."""
+
+
+def _fast_key(a):
+    if isinstance(a, DTensor):
+        return (a.dtype, a.shape, a.stride(), a._local_tensor.is_cuda, a.placements, a.device_mesh)
+    if isinstance(a, torch.Tensor):
+        return (a.dtype, a.shape, a.stride(), a.is_cuda)
+    return type(a)
+
+
+def _local(a: torch.Tensor) -> torch.Tensor:
+    return a._local_tensor if isinstance(a, DTensor) else a
+
+
+def _replicated_like(t: torch.Tensor, mesh) -> DTensor:
+    return DTensor.from_local(t, mesh, [Replicate()] * mesh.ndim, run_check=False)
+
+
+def _expected_placements(region, args, mesh) -> list[tuple]:
+    """The placements eager DTensor gives each region output, from a run on fake DTensors."""
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake = []
+        for a in args:
+            if isinstance(a, DTensor):
+                local = mode.from_tensor(a._local_tensor)
+                fake.append(DTensor.from_local(local, a.device_mesh, a.placements, run_check=False,
+                                               shape=a.shape, stride=a.stride()))
+            elif isinstance(a, torch.Tensor) and a.dim() > 0:
+                fake.append(_replicated_like(mode.from_tensor(a), mesh))
+            else:
+                fake.append(a)
+        outs = region(*fake)
+    outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+    return [tuple(o.placements) if isinstance(o, DTensor) else (Replicate(),) * mesh.ndim for o in outs]
+
+
+def _to_expected(dt: DTensor, expected: tuple) -> DTensor:
+    if tuple(dt.placements) == expected:
+        return dt
+    if not any(isinstance(p, Partial) for p in expected):
+        return dt.redistribute(dt.device_mesh, expected)
+    # nvFuser reduces fully and DTensor refuses to redistribute to Partial, so the value is
+    # split by hand: with Partial(sum) one rank of that mesh dim keeps it, the others hold
+    # zeros; avg, max and min keep it everywhere.
+    mesh = dt.device_mesh
+    plain = [Replicate() if isinstance(p, Partial) else p for p in expected]
+    if tuple(dt.placements) != tuple(plain):
+        dt = dt.redistribute(mesh, plain)
+    local = dt._local_tensor
+    coordinate = mesh.get_coordinate()
+    for k, p in enumerate(expected):
+        if isinstance(p, Partial) and p.reduce_op == "sum" and coordinate[k] != 0:
+            local = torch.zeros_like(local)
+    return DTensor.from_local(local, mesh, expected, run_check=False, shape=dt.shape, stride=dt.stride())
+
+
+class _GlobalViewEntry:
+    """``fd.execute`` on the local shards; outputs wrapped with nvFuser's output shardings."""
+
+    __slots__ = ("fd", "index", "single", "mesh", "expected")
+
+    def __init__(self, built, single: bool, mesh, expected: list[tuple]):
+        self.fd = built.fd
+        self.index = built.output_index
+        self.single = single
+        self.mesh = mesh
+        self.expected = expected
+
+    def __call__(self, args):
+        outs = self.fd.execute([_local(a) if isinstance(a, torch.Tensor) else a for a in args])
+        # Read once per execution (a second read crashed on the H200, nvfuser-facts.md).
+        shardings = self.fd.fec.get_output_shardings()
+        results = []
+        for j, i in enumerate(self.index):
+            if shardings:
+                placements = placements_from_sharding(shardings[i], self.mesh.ndim)
+            else:
+                placements = (Replicate(),) * self.mesh.ndim
+            dt = DTensor.from_local(outs[i], self.mesh, placements, run_check=False)
+            results.append(_to_expected(dt, self.expected[j]))
+        return results[0] if self.single else tuple(results)
+
+
+class _GatherEvaluateEntry:
+    """CPU stand-in: gather the global inputs, evaluate the fusion, keep each rank's part."""
+
+    __slots__ = ("run", "index", "single", "mesh", "expected")
+
+    def __init__(self, built, single: bool, mesh, expected: list[tuple]):
+        self.run = Evaluator(built.fd, built.constants)
+        self.index = built.output_index
+        self.single = single
+        self.mesh = mesh
+        self.expected = expected
+
+    def __call__(self, args):
+        full = [a.full_tensor() if isinstance(a, DTensor) else a for a in args]
+        outs = self.run(full)
+        results = []
+        for j, i in enumerate(self.index):
+            expected = self.expected[j]
+            plain = [Replicate() if isinstance(p, Partial) else p for p in expected]
+            dt = distribute_tensor(outs[i], self.mesh, plain, src_data_rank=None)
+            results.append(_to_expected(dt, expected))
+        return results[0] if self.single else tuple(results)
+

@@ -1,0 +1,146 @@
+"""Compiling a dynamo graph with DTensor inputs in the global view (Note [Global view]).
+
+Note [Global-view lowering]
+Dynamo hands over plain torch code whose DTensor inputs carry global shapes. We trace it
+to aten with AOTAutograd's ``aot_export_joint_simple`` on plain fake tensors of the
+GLOBAL shapes (so no collectives are traced in), split the joint graph into forward and
+backward with the min-cut partitioner, and partition each into nvFuser regions that run
+as :class:`GlobalViewRegion`. At run time the aten graphs run on the real DTensors: ops
+outside regions dispatch through DTensor (PyTorch runs their collectives), regions run
+nvFuser on the local shards. The forward and backward are tied together by our own
+``autograd.Function``: AOTAutograd's runtime wrapper would reject DTensor grad_outputs for a
+graph traced with plain tensors.
+
+Graphs the global view cannot take (the tensor-parallel closures of ``parallelize_module``,
+``Partial`` or unevenly sharded inputs, several meshes, symbolic shapes, input mutation,
+outputs aliasing inputs, ...) take the local path instead: AOTAutograd's DTensor
+desugaring, per-rank fusions with PyTorch's collectives between them. One log line says why.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import torch
+from torch import fx
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.experimental import implicit_replication
+from torch._functorch.aot_autograd import aot_export_joint_simple
+from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+from .decompositions import decomposition_table
+from .dtensor import PlacementDesc, placement_reason
+from .dtensor_region import GlobalViewRegion
+from .options import Options
+
+log = logging.getLogger("nvfuser_dtensor_backend")
+
+# Names dynamo gives the tensor-parallel hooks' closures (torch 2.10/2.11).
+_TP_CLOSURES = ("from_local", "redistribute", "to_local", "full_tensor")
+
+
+class NotGlobalView(Exception):
+    """This graph takes the local path; the message says why."""
+
+
+def has_dtensor(example_inputs) -> bool:
+    return any(isinstance(a, DTensor) for a in example_inputs)
+
+
+def global_view_reason(gm: fx.GraphModule, example_inputs) -> str | None:
+    """Why the global view cannot take this graph, or None."""
+    dts = [a for a in example_inputs if isinstance(a, DTensor)]
+    if len({a.device_mesh for a in dts}) > 1:
+        return "DTensor inputs on several device meshes"
+    for node in gm.graph.nodes:
+        name = getattr(node.target, "__name__", str(node.target))
+        if node.op in ("call_function", "call_method") and any(c in name for c in _TP_CLOSURES):
+            return f"tensor-parallel conversions ({name}) are not taken into the global view yet"
+    for i, a in enumerate(example_inputs):
+        if not isinstance(a, torch.Tensor):
+            return f"input {i} is a {type(a).__name__} (symbolic shapes)"
+        if isinstance(a, DTensor):
+            reason = placement_reason(PlacementDesc.of(a), a.shape)
+            if reason:
+                return f"input {i}: {reason}"
+    return None
+
+
+def _global_fakes(example_inputs) -> list[torch.Tensor]:
+    """Plain fake tensors of the global shapes, in the fake mode dynamo traced with."""
+    mode = torch._guards.detect_fake_mode()
+    if mode is None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        mode = FakeTensorMode()
+    fakes = []
+    with mode:
+        for a in example_inputs:
+            if isinstance(a, DTensor):
+                t = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a._local_tensor.device)
+            else:
+                t = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
+            fakes.append(t.requires_grad_(a.requires_grad))
+    return fakes
+
+
+class _GlobalViewFunction(torch.autograd.Function):
+    """Compiled global forward and backward graphs as one autograd node (see the Note)."""
+
+    @staticmethod
+    def forward(ctx, runner: "_TrainingRunner", *args):
+        outs = runner.forward(list(args))
+        ctx.runner = runner
+        ctx.saved = outs[runner.n_out:]
+        return tuple(outs[: runner.n_out])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        saved, ctx.saved = ctx.saved, None  # free the activations
+        return (None, *ctx.runner.backward(list(saved) + list(grads)))
+
+
+class _TrainingRunner:
+    def __init__(self, forward: Callable, backward: Callable, n_out: int):
+        self.forward = forward
+        self.backward = backward
+        self.n_out = n_out
+
+    def __call__(self, *args):
+        with implicit_replication():
+            return _GlobalViewFunction.apply(self, *args)
+
+
+class _InferenceRunner:
+    def __init__(self, forward: Callable):
+        self.forward = forward
+
+    def __call__(self, *args):
+        with implicit_replication():
+            return tuple(self.forward(list(args)))
+
+
+def compile_global_view(gm: fx.GraphModule, example_inputs, options: Options,
+                        compile_aten_graph: Callable) -> Callable:
+    """The callable that replaces ``gm``; raises :class:`NotGlobalView` where it cannot."""
+    fakes = _global_fakes(example_inputs)
+    train = torch.is_grad_enabled() and any(f.requires_grad for f in fakes)
+    try:
+        graph = aot_export_joint_simple(gm, fakes, trace_joint=train, decompositions=decomposition_table())
+    except Exception as e:  # input mutation, outputs aliasing inputs, pytrees, ...
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise NotGlobalView(f"tracing the global view failed: {type(e).__name__}: {first[:200]}") from e
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    n_out = len(out) if isinstance(out, (tuple, list)) else 1
+
+    def compile_graph(g, kind):
+        return compile_aten_graph(g, None, options, kind, region_cls=GlobalViewRegion)
+
+    if not train:
+        return _InferenceRunner(compile_graph(graph, "inference"))
+    tangents = [n for n in graph.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")]
+    if len(tangents) != n_out:
+        raise NotGlobalView(f"{n_out - len(tangents)} output(s) without a gradient")
+    fw, bw = min_cut_rematerialization_partition(graph, fakes, num_fwd_outputs=n_out)
+    return _TrainingRunner(compile_graph(fw, "forward"), compile_graph(bw, "backward"), n_out)
