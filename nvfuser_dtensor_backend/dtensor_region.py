@@ -6,6 +6,8 @@ each input annotated with its mesh and shardings; it runs on the local shards, n
 inserts the communication, and each output comes back as a DTensor with the placements that
 eager DTensor gives (found once per input signature by running the region on fake DTensors),
 redistributed where nvFuser's sharding differs (e.g. ``Partial``, which nvFuser never makes).
+nvFuser takes no ``Partial`` input either: such inputs (gradients after a sharded matmul,
+typically) are all-reduced by PyTorch before the fusion runs.
 
 On CPU the evaluator stands in for nvFuser and reproduces the same semantics the simple way:
 gather every input (``full_tensor``), evaluate the global fusion, keep each rank's part.
@@ -46,6 +48,10 @@ class GlobalViewRegion(FusedRegion):
 
     def _make_entry(self, args):
         mesh = next(a.device_mesh for a in args if isinstance(a, DTensor))
+        expected = _expected_placements(self.region, args, mesh)
+        # nvFuser takes no Partial input: those are reduced first (PyTorch's all-reduce).
+        partial = [i for i, a in enumerate(args) if isinstance(a, DTensor) and _has_partial(a.placements)]
+        args = _reduce_partials(list(args), partial)
         placements = []
         for a in args:
             if isinstance(a, DTensor):
@@ -60,7 +66,6 @@ class GlobalViewRegion(FusedRegion):
                 placements.append(PlacementDesc.of(_replicated_like(a, mesh)))
             else:
                 placements.append(None)
-        expected = _expected_placements(self.region, args, mesh)
         descs = tuple(describe(a) for a in args)  # global shapes and strides
         cache_key = (self._code_key, descs, tuple(placements), nvfuser_version())
 
@@ -68,12 +73,16 @@ class GlobalViewRegion(FusedRegion):
             for tv, desc in zip(tvs, placements):
                 if desc is not None:
                     schedule_input(tv, desc)
+            # The annotated inputs as nvFuser prints them (device axes show as ideviceIdx.x).
+            self.scheduled_inputs = [str(tv) for tv in tvs]
 
         built = FUSION_CACHE.get_or_build(cache_key, lambda: self._build(descs, schedule))
         if not any(_local(a).is_cuda for a in args if isinstance(a, torch.Tensor)):
             _announce_evaluator()
-            return _GatherEvaluateEntry(built, self._single, mesh, expected)
-        return _GlobalViewEntry(built, self._single, mesh, expected)
+            entry = _GatherEvaluateEntry(built, self._single, mesh, expected)
+        else:
+            entry = _GlobalViewEntry(built, self._single, mesh, expected)
+        return _ReducePartialsFirst(entry, partial) if partial else entry
 
     def _prepare(self, args, key):
         if len(self._entries) > 64:
@@ -90,6 +99,28 @@ class GlobalViewRegion(FusedRegion):
 
 class _NotGlobal(Exception):
     """An input signature the global view cannot express (the region runs with DTensor)."""
+
+
+def _has_partial(placements) -> bool:
+    return any(isinstance(p, Partial) for p in placements)
+
+
+def _reduce_partials(args: list, index: list[int]) -> list:
+    for i in index:
+        a = args[i]
+        args[i] = a.redistribute(a.device_mesh, [Replicate() if isinstance(p, Partial) else p for p in a.placements])
+    return args
+
+
+class _ReducePartialsFirst:
+    __slots__ = ("inner", "index")
+
+    def __init__(self, inner, index: list[int]):
+        self.inner = inner
+        self.index = index
+
+    def __call__(self, args):
+        return self.inner(_reduce_partials(args, self.index))
 
 
 def _fast_key(a):

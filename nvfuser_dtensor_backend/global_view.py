@@ -31,17 +31,15 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from .decompositions import decomposition_table
 from .dtensor import PlacementDesc, placement_reason
+from .dtensor_ops import register_strategies
 from .dtensor_region import GlobalViewRegion
 from .options import Options
+from .tp_conversions import Conversions, NotGlobalView, rewrite, use_run_relayout
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
-# Names dynamo gives the tensor-parallel hooks' closures (torch 2.10/2.11).
-_TP_CLOSURES = ("from_local", "redistribute", "to_local", "full_tensor")
-
-
-class NotGlobalView(Exception):
-    """This graph takes the local path; the message says why."""
+# DTensor methods called explicitly in a graph (not as dynamo's closures, tp_conversions.py).
+_DTENSOR_METHODS = ("from_local", "redistribute", "to_local", "full_tensor")
 
 
 def has_dtensor(example_inputs) -> bool:
@@ -49,14 +47,13 @@ def has_dtensor(example_inputs) -> bool:
 
 
 def global_view_reason(gm: fx.GraphModule, example_inputs) -> str | None:
-    """Why the global view cannot take this graph, or None."""
+    """Why the global view cannot take this graph (before rewriting its TP conversions), or None."""
     dts = [a for a in example_inputs if isinstance(a, DTensor)]
     if len({a.device_mesh for a in dts}) > 1:
         return "DTensor inputs on several device meshes"
     for node in gm.graph.nodes:
-        name = getattr(node.target, "__name__", str(node.target))
-        if node.op in ("call_function", "call_method") and any(c in name for c in _TP_CLOSURES):
-            return f"tensor-parallel conversions ({name}) are not taken into the global view yet"
+        if node.op == "call_method" and node.target in _DTENSOR_METHODS:
+            return f"DTensor.{node.target} called in the graph"
     for i, a in enumerate(example_inputs):
         if not isinstance(a, torch.Tensor):
             return f"input {i} is a {type(a).__name__} (symbolic shapes)"
@@ -67,7 +64,7 @@ def global_view_reason(gm: fx.GraphModule, example_inputs) -> str | None:
     return None
 
 
-def _global_fakes(example_inputs) -> list[torch.Tensor]:
+def _global_fakes(example_inputs, conv: Conversions) -> list[torch.Tensor]:
     """Plain fake tensors of the global shapes, in the fake mode dynamo traced with."""
     mode = torch._guards.detect_fake_mode()
     if mode is None:
@@ -76,13 +73,31 @@ def _global_fakes(example_inputs) -> list[torch.Tensor]:
         mode = FakeTensorMode()
     fakes = []
     with mode:
-        for a in example_inputs:
-            if isinstance(a, DTensor):
+        for i, a in enumerate(example_inputs):
+            if i in conv.global_inputs:  # a local part wrapped by from_local
+                g = conv.global_inputs[i]
+                t = torch.empty(g.shape, dtype=a.dtype, device=a.device)
+            elif isinstance(a, DTensor):
                 t = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a._local_tensor.device)
             else:
                 t = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
             fakes.append(t.requires_grad_(a.requires_grad))
     return fakes
+
+
+def _full_sums_as_sum_default(graph: fx.Graph) -> None:
+    """``sum.dim_IntList(x, [])`` -> ``sum.default(x)``.
+
+    Both reduce every dim, but DTensor (torch 2.10) propagates a Shard placement onto the
+    0-dim result of the first; eager DTensor, which sees ``sum.default``, gives Partial.
+    """
+    for node in graph.nodes:
+        if node.target is torch.ops.aten.sum.dim_IntList and len(node.args) >= 2 and not node.args[1] \
+                and not (len(node.args) > 2 and node.args[2]) and not node.kwargs.get("keepdim"):
+            dtype = node.args[3] if len(node.args) > 3 else node.kwargs.get("dtype")
+            node.target = torch.ops.aten.sum.default
+            node.args = (node.args[0],)
+            node.kwargs = {"dtype": dtype} if dtype is not None else {}
 
 
 class _GlobalViewFunction(torch.autograd.Function):
@@ -102,29 +117,39 @@ class _GlobalViewFunction(torch.autograd.Function):
 
 
 class _TrainingRunner:
-    def __init__(self, forward: Callable, backward: Callable, n_out: int):
+    def __init__(self, forward: Callable, backward: Callable, n_out: int, conv: Conversions):
         self.forward = forward
         self.backward = backward
         self.n_out = n_out
+        self.conv = conv
 
     def __call__(self, *args):
         with implicit_replication():
-            return _GlobalViewFunction.apply(self, *args)
+            args = self.conv.wrap_inputs(list(args))
+            return self.conv.unwrap_outputs(_GlobalViewFunction.apply(self, *args))
 
 
 class _InferenceRunner:
-    def __init__(self, forward: Callable):
+    def __init__(self, forward: Callable, conv: Conversions):
         self.forward = forward
+        self.conv = conv
 
     def __call__(self, *args):
         with implicit_replication():
-            return tuple(self.forward(list(args)))
+            args = self.conv.wrap_inputs(list(args))
+            return self.conv.unwrap_outputs(self.forward(args))
 
 
 def compile_global_view(gm: fx.GraphModule, example_inputs, options: Options,
                         compile_aten_graph: Callable) -> Callable:
     """The callable that replaces ``gm``; raises :class:`NotGlobalView` where it cannot."""
-    fakes = _global_fakes(example_inputs)
+    register_strategies()
+    gm, conv = rewrite(gm)
+    for i, (_, placements) in conv.inputs.items():
+        reason = placement_reason(PlacementDesc.of(conv.global_inputs[i]), conv.global_inputs[i].shape)
+        if reason:
+            raise NotGlobalView(f"input {i}: {reason}")
+    fakes = _global_fakes(example_inputs, conv)
     train = torch.is_grad_enabled() and any(f.requires_grad for f in fakes)
     try:
         graph = aot_export_joint_simple(gm, fakes, trace_joint=train, decompositions=decomposition_table())
@@ -135,12 +160,15 @@ def compile_global_view(gm: fx.GraphModule, example_inputs, options: Options,
     n_out = len(out) if isinstance(out, (tuple, list)) else 1
 
     def compile_graph(g, kind):
+        use_run_relayout(g.graph)
+        _full_sums_as_sum_default(g.graph)
+        g.recompile()
         return compile_aten_graph(g, None, options, kind, region_cls=GlobalViewRegion)
 
     if not train:
-        return _InferenceRunner(compile_graph(graph, "inference"))
+        return _InferenceRunner(compile_graph(graph, "inference"), conv)
     tangents = [n for n in graph.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")]
     if len(tangents) != n_out:
         raise NotGlobalView(f"{n_out - len(tangents)} output(s) without a gradient")
     fw, bw = min_cut_rematerialization_partition(graph, fakes, num_fwd_outputs=n_out)
-    return _TrainingRunner(compile_graph(fw, "forward"), compile_graph(bw, "backward"), n_out)
+    return _TrainingRunner(compile_graph(fw, "forward"), compile_graph(bw, "backward"), n_out, conv)

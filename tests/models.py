@@ -87,3 +87,35 @@ class LlamaBlock(nn.Module):
     def forward(self, x):
         x = x + self.attn(self.n1(x))
         return x + self.mlp(self.n2(x))
+
+
+class TPAttention(nn.Module):
+    """Causal self-attention with separate q/k/v projections, written for tensor parallelism:
+    ``view(b, s, -1, head_dim)`` works on all heads (global view) and on one rank's heads."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.o = nn.Linear(d, d)
+        self.head_dim = d // heads
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = (p(x).view(b, s, -1, self.head_dim).transpose(1, 2) for p in (self.q, self.k, self.v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(y.transpose(1, 2).reshape(b, s, -1))
+
+
+class TPBlock(nn.Module):
+    """Pre-norm block of TPAttention and MLP, for tensor and sequence parallel plans."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = TPAttention(d, heads)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = MLP(d, 4 * d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))

@@ -1,0 +1,249 @@
+"""The tensor-parallel conversions in a dynamo graph, rewritten for the global view.
+
+Note [Tensor-parallel conversions]
+``parallelize_module`` hooks appear in dynamo graphs as closures: ``prim_from_local``
+(a local tensor becomes a DTensor with the captured mesh and placements),
+``prim_redistribute`` and ``prim_to_local``. In the global view:
+- ``redistribute`` changes the layout, not the value. It stays, as the op
+  ``nvfuser_dtensor::relayout`` (identity while tracing with plain global tensors, with a
+  relayout back as its gradient), and runs as ``DTensor.redistribute`` on the real DTensors:
+  the ops left to DTensor dispatch (matmuls, views) then see the layouts the program chose,
+  which some of them need (a view cannot flatten a sharded dim).
+- ``from_local(x, P)`` of a graph input says "x is the local part of a DTensor with
+  placements P": the input is wrapped with ``DTensor.from_local`` when the compiled graph is
+  called (no communication), and the node is dropped.
+- ``to_local`` -> pointwise ops -> ``from_local`` with the same placements P is the same
+  pointwise ops on the global tensor: both conversions are dropped. The same holds for
+  pointwise ops between local parts of one placement (a residual add of the input, say).
+- A local value that reaches the graph output is the local part, under P, of the global
+  value: the compiled graph's output is redistributed to P and ``to_local``-ed.
+Anything else (a non-pointwise op on local parts, local parts of different placements,
+``Partial`` local parts, a plain input used without ``from_local``) cannot be expressed:
+:class:`NotGlobalView` says what, and the graph takes the local path.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import fx
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.placement_types import Partial
+
+
+class NotGlobalView(Exception):
+    """This graph takes the local path; the message says why."""
+
+
+# --- relayout: redistribute as a graph op --------------------------------------------------
+_LAYOUTS: list[tuple] = []  # key -> (mesh, placements); process-wide, grows with compiled graphs
+
+
+def _layout_key(mesh, placements) -> int:
+    entry = (mesh, tuple(placements))
+    if entry not in _LAYOUTS:
+        _LAYOUTS.append(entry)
+    return _LAYOUTS.index(entry)
+
+
+@torch.library.custom_op("nvfuser_dtensor::relayout", mutates_args=())
+def relayout(x: torch.Tensor, key: int, back: int) -> torch.Tensor:
+    """Identity on plain tensors (tracing); the real DTensors are redistributed by run_relayout."""
+    return x.clone()
+
+
+@relayout.register_fake
+def _(x, key, back):
+    return torch.empty_like(x)
+
+
+def _relayout_backward(ctx, grad):
+    return relayout(grad, ctx.back, ctx.key), None, None
+
+
+def _relayout_setup(ctx, inputs, output):
+    _, ctx.key, ctx.back = inputs
+
+
+relayout.register_autograd(_relayout_backward, setup_context=_relayout_setup)
+
+
+def run_relayout(x, key: int, back: int):
+    """``relayout`` at run time, where ``x`` is a DTensor (see the Note)."""
+    if isinstance(x, DTensor):
+        mesh, placements = _LAYOUTS[key]
+        if tuple(x.placements) != placements:
+            return x.redistribute(mesh, placements)
+    return x
+
+
+def use_run_relayout(graph: fx.Graph) -> None:
+    """Point the traced relayout nodes of an aten graph at :func:`run_relayout`."""
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target in (torch.ops.nvfuser_dtensor.relayout.default,
+                                                          torch.ops.nvfuser_dtensor.relayout):
+            node.target = run_relayout
+
+
+_POINTWISE_FUNCTIONS = {
+    operator.add, operator.sub, operator.mul, operator.truediv, operator.neg,
+    torch.add, torch.sub, torch.mul, torch.div, torch.neg, torch.exp, torch.tanh, torch.sigmoid, torch.relu,
+    torch._C._nn.gelu, F.gelu, F.relu, F.silu, torch.nn.functional.sigmoid, torch.nn.functional.tanh,
+}
+_POINTWISE_METHODS = {"add", "sub", "mul", "div", "neg", "exp", "tanh", "sigmoid", "relu", "float", "half",
+                      "bfloat16"}
+
+
+def closure_kind(node: fx.Node) -> str | None:
+    """"from_local", "redistribute" or "to_local" for dynamo's TP closures, else None."""
+    if node.op != "call_function":
+        return None
+    name = getattr(node.target, "__name__", "")
+    for kind in ("from_local", "redistribute", "to_local"):
+        if kind in name:
+            return kind
+    return None
+
+
+def _closure_args(node: fx.Node) -> tuple[list, dict]:
+    free = inspect.getclosurevars(node.target).nonlocals
+    return list(free.get("args_as_value", [])), dict(free.get("kwargs_as_value", {}))
+
+
+def _normalize(placements, ndim: int) -> tuple:
+    return tuple(Shard(p.dim % ndim) if isinstance(p, Shard) and ndim else p for p in placements)
+
+
+@dataclass
+class Conversions:
+    """What the compiled graph's caller does around it (see the Note)."""
+
+    inputs: dict[int, tuple] = field(default_factory=dict)  # input index -> (mesh, placements)
+    outputs: dict[int, tuple] = field(default_factory=dict)  # output index -> (mesh, placements)
+    global_inputs: dict[int, torch.Tensor] = field(default_factory=dict)  # index -> fake DTensor (global)
+
+    def wrap_inputs(self, args: list) -> list:
+        for i, (mesh, placements) in self.inputs.items():
+            args[i] = DTensor.from_local(args[i], mesh, placements, run_check=False)
+        return args
+
+    def unwrap_outputs(self, outs) -> tuple:
+        outs = list(outs)
+        for j, (mesh, placements) in self.outputs.items():
+            out = outs[j]
+            if tuple(out.placements) != placements:
+                out = out.redistribute(mesh, placements)
+            outs[j] = out.to_local()
+        return tuple(outs)
+
+
+def rewrite(gm: fx.GraphModule) -> tuple[fx.GraphModule, Conversions]:
+    """Drop the TP conversions of ``gm`` (a copy) for the global view; raises NotGlobalView."""
+    gm = fx.GraphModule(gm, gm.graph.__deepcopy__())  # keep the dynamo graph for the local path
+    graph = gm.graph
+    conv = Conversions()
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    local: dict[fx.Node, tuple] = {}  # plain value -> (mesh, placements) of the DTensor it is a part of
+    mesh = None
+
+    def value(n):
+        return n.meta.get("example_value")
+
+    # Inputs wrapped by from_local.
+    for i, ph in enumerate(placeholders):
+        wraps = [u for u in ph.users if closure_kind(u) == "from_local"]
+        if not wraps:
+            continue
+        seen = set()
+        for u in wraps:
+            args, _ = _closure_args(u)
+            if len(args) < 2:
+                raise NotGlobalView(f"from_local of input {ph.name} without a mesh and placements")
+            seen.add((args[0], _normalize(args[1], value(u).ndim)))
+        if len(seen) > 1:
+            raise NotGlobalView(f"input {ph.name} is wrapped with several placements")
+        (m, placements), = seen
+        if any(isinstance(p, Partial) for p in placements):
+            raise NotGlobalView(f"input {ph.name} is a Partial local part")
+        local[ph] = (m, placements)
+        conv.inputs[i] = (m, placements)
+        conv.global_inputs[i] = value(wraps[0])
+        mesh = mesh or m
+
+    for node in list(graph.nodes):
+        kind = closure_kind(node)
+        ev = value(node)
+        if kind == "to_local":
+            src = value(node.args[0])
+            placements = _normalize(src.placements, src.ndim)
+            if any(isinstance(p, Partial) for p in placements):
+                raise NotGlobalView(f"{node.name}: to_local of a Partial DTensor feeds local code")
+            local[node] = (src.device_mesh, placements)
+        elif kind == "from_local":
+            src = node.args[0]
+            args, _ = _closure_args(node)
+            want = (args[0], _normalize(args[1], ev.ndim))
+            if src not in local:
+                raise NotGlobalView(f"{node.name}: from_local of a value the global view cannot place")
+            if local[src] != want:
+                raise NotGlobalView(f"{node.name}: from_local with placements {want[1]} of a local part "
+                                    f"placed {local[src][1]}")
+        elif kind == "redistribute":
+            src = value(node.args[0])
+            args, kwargs = _closure_args(node)
+            placements = kwargs.get("placements", args[1] if len(args) > 1 else None)
+            mesh_r = kwargs.get("device_mesh", args[0] if args else None) or src.device_mesh
+            if placements is None:
+                raise NotGlobalView(f"{node.name}: redistribute without placements")
+            placements = _normalize(placements, src.ndim)
+            if any(isinstance(p, Partial) for p in placements):
+                raise NotGlobalView(f"{node.name}: redistribute to Partial")
+            # The gradient goes back to the input's layout; DTensor makes Partial Replicate there.
+            back = tuple(Replicate() if isinstance(p, Partial) else p for p in _normalize(src.placements, src.ndim))
+            with graph.inserting_before(node):
+                new = graph.call_function(torch.ops.nvfuser_dtensor.relayout.default,
+                                          (node.args[0], _layout_key(mesh_r, placements),
+                                           _layout_key(src.device_mesh, back)))
+            new.meta.update(node.meta)
+            node.replace_all_uses_with(new)
+            if node in local:
+                local[new] = local.pop(node)
+            graph.erase_node(node)
+        elif node.op in ("call_function", "call_method") and not isinstance(ev, DTensor):
+            tensor_args = [a for a in node.all_input_nodes if isinstance(value(a), torch.Tensor)]
+            placed = [a for a in tensor_args if a in local]
+            if not placed:
+                continue  # plain code that never touches a local part (e.g. a mask built from sizes)
+            pointwise = (node.target in _POINTWISE_FUNCTIONS if node.op == "call_function"
+                         else node.target in _POINTWISE_METHODS)
+            if not pointwise:
+                raise NotGlobalView(f"{node.name}: {getattr(node.target, '__name__', node.target)} on local parts "
+                                    f"is not pointwise")
+            if len(placed) != len(tensor_args) or len({local[a] for a in placed}) > 1:
+                raise NotGlobalView(f"{node.name}: combines local parts of different placements")
+            if any(tuple(value(a).shape) != tuple(ev.shape) for a in placed):
+                raise NotGlobalView(f"{node.name}: broadcasts local parts")
+            local[node] = local[placed[0]]
+
+    out = next(n for n in graph.nodes if n.op == "output")
+    outs = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
+    for j, o in enumerate(outs):
+        if isinstance(o, fx.Node) and o in local:
+            conv.outputs[j] = local[o]
+    # Plain inputs used in local code without from_local cannot be placed.
+    for ph in placeholders:
+        if ph not in local and isinstance(value(ph), torch.Tensor) and not isinstance(value(ph), DTensor):
+            if any(u in local for u in ph.users):
+                raise NotGlobalView(f"plain input {ph.name} is combined with local parts")
+
+    for node in list(graph.nodes):
+        if closure_kind(node) in ("from_local", "to_local"):
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
+    graph.lint()
+    gm.recompile()
+    return gm, conv

@@ -1,0 +1,103 @@
+"""The global view on the real nvFuser IR, one process with the fake process group (world 2, 4).
+
+Collectives of the fake process group return garbage, so these tests check structure: the
+path taken, the device axes nvFuser's inputs carry, output shapes and placements. Values
+are checked on gloo ranks in test_tensor_parallel.py.
+"""
+
+import logging
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+import nvfuser_dtensor_backend as nb
+
+
+@pytest.fixture(params=[2, 4], ids=["world2", "world4"])
+def mesh(request):
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=request.param)
+    torch._dynamo.reset()
+    nb.clear_reports()
+    yield init_device_mesh("cpu", (request.param,))
+    dist.destroy_process_group()
+
+
+def _regions():
+    return [region for report in nb.reports() for region in report.regions]
+
+
+def _device_axis(text: str) -> int:
+    """Index of the logical axis that carries ideviceIdx in nvFuser's print of a TensorView."""
+    axes = text[text.index("[") + 1:text.rindex("]")].split(",")
+    hits = [i for i, a in enumerate(axes) if "ideviceIdx" in a]
+    return hits[0] if hits else -1
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_shard_axis_becomes_the_device_axis(mesh, dim):
+    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(dim)])
+    b = distribute_tensor(torch.randn(16), mesh, [Replicate()])
+    out = torch.compile(lambda x, b: torch.relu(x + b) * 2, backend="nvfuser_dtensor")(x, b)
+    assert isinstance(out, DTensor) and out.placements == (Shard(dim),)
+    assert out.shape == (8, 16) and out.to_local().shape == x.to_local().shape
+    assert all("global view" in r.kind for r in nb.reports())
+    (region,) = _regions()
+    tx, tb = region.scheduled_inputs
+    # The outer split of the sharded dim is the device axis: it sits at position `dim`.
+    assert _device_axis(tx) == dim and f"{{{mesh.size()}}}" in tx, tx
+    assert _device_axis(tb) == -1, tb  # Replicate: mesh only
+    assert "DeviceMesh" in tx and "DeviceMesh" in tb
+
+
+def test_reduction_over_the_sharded_dim_gives_eager_placement(mesh):
+    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(1)])
+    fn = lambda x: (x * x).sum(1)  # noqa: E731
+    expected = fn(x).placements  # eager DTensor: Partial(sum)
+    out = torch.compile(fn, backend="nvfuser_dtensor")(x)
+    assert out.placements == expected == (Partial(),)
+    assert out.shape == (8,)
+
+
+def test_two_dim_mesh_uses_mesh_x_and_mesh_y():
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        torch._dynamo.reset()
+        nb.clear_reports()
+        mesh = init_device_mesh("cpu", (2, 2))
+        x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0), Shard(1)])
+        out = torch.compile(lambda x: torch.exp(x) + 1, backend="nvfuser_dtensor")(x)
+        assert out.placements == (Shard(0), Shard(1)) and out.to_local().shape == (4, 8)
+        (region,) = _regions()
+        text = region.scheduled_inputs[0]
+        assert "ideviceIdx.x" in text and "ideviceIdx.y" in text, text
+        assert text.index("ideviceIdx.x") < text.index("ideviceIdx.y")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_training_graph_runs_forward_and_backward_in_the_global_view(mesh):
+    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)])
+    w = distribute_tensor(torch.randn(16), mesh, [Replicate()]).requires_grad_()
+    out = torch.compile(lambda x, w: torch.nn.functional.gelu(x * w).sum(), backend="nvfuser_dtensor")(x, w)
+    out.backward()
+    assert w.grad is not None and w.grad.shape == (16,)
+    kinds = sorted(r.kind for r in nb.reports())
+    assert kinds == ["backward, global view", "forward, global view"]
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda mesh: distribute_tensor(torch.randn(2 * mesh.size() + 1, 4), mesh, [Shard(0)]), "uneven shard"),
+    (lambda mesh: DTensor.from_local(torch.randn(4, 4), mesh, [Partial()]), "Partial(sum) input"),
+])
+def test_local_path_for_what_the_global_view_cannot_take(mesh, caplog, make, reason):
+    x = make(mesh)
+    with caplog.at_level(logging.WARNING, logger="nvfuser_dtensor_backend"):
+        out = torch.compile(lambda x: torch.tanh(x) * 3, backend="nvfuser_dtensor")(x)
+    assert isinstance(out, DTensor) and out.shape == x.shape
+    lines = [r.getMessage() for r in caplog.records if "local path" in r.getMessage()]
+    assert len(lines) == 1 and reason in lines[0], lines
+    assert all("global view" not in r.kind for r in nb.reports())
