@@ -36,21 +36,25 @@ class PlacementDesc:
     @staticmethod
     def of(dt) -> "PlacementDesc":
         """From a DTensor or a fake DTensor (``node.meta["example_value"]``)."""
+        return PlacementDesc.from_mesh(dt.device_mesh, dt.placements, dt.ndim)
+
+    @staticmethod
+    def from_mesh(mesh, placements, ndim: int) -> "PlacementDesc":
+        """From a DeviceMesh and placements (of a tensor with ``ndim`` dims)."""
         from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 
-        placements = []
-        for p in dt.placements:
-            if type(p) is Shard:  # not _StridedShard, which subclasses Shard
-                placements.append(("shard", p.dim % dt.ndim if dt.ndim else p.dim))
+        coded = []
+        for p in placements:
+            if type(p) is Shard:
+                coded.append(("shard", p.dim % ndim if ndim else p.dim))
             elif isinstance(p, Replicate):
-                placements.append(("replicate",))
+                coded.append(("replicate",))
             elif isinstance(p, Partial):
-                placements.append(("partial", p.reduce_op))
+                coded.append(("partial", p.reduce_op))
             else:
-                placements.append(("other", repr(p)))
-        mesh = dt.device_mesh
+                coded.append(("other", repr(p)))
         return PlacementDesc(tuple(mesh.mesh.shape), tuple(int(d) for d in mesh.mesh.flatten().tolist()),
-                             tuple(placements))
+                             tuple(coded))
 
     @property
     def sharded_dims(self) -> dict[int, int]:
@@ -92,7 +96,11 @@ def mesh_axes():
 
 
 def schedule_input(tv, desc: PlacementDesc) -> None:
-    """Annotate one input TensorView with its mesh and shardings (see Note [Global view])."""
+    """Annotate a TensorView with its mesh and shardings (see Note [Global view]).
+
+    Inputs get this from their DTensors; an intermediate annotated this way (a relayout,
+    tp_conversions.py) makes nvFuser redistribute to that layout itself.
+    """
     tv.set_device_mesh(device_mesh(desc.mesh_shape, desc.devices))
     axes = mesh_axes()
     # Split higher tensor dims first so the positions of lower dims do not move.

@@ -34,6 +34,9 @@ from torch import fx
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.placement_types import Partial
 
+from .dtensor import PlacementDesc, placement_reason, schedule_input
+from .registry import translator
+
 
 class NotGlobalView(Exception):
     """This graph takes the local path; the message says why."""
@@ -79,6 +82,19 @@ def run_relayout(x, key: int, back: int):
         if tuple(x.placements) != placements:
             return x.redistribute(mesh, placements)
     return x
+
+
+@translator(run_relayout, compute=False)
+def _relayout_translator(ctx, x, key: int, back: int):
+    """Identity whose result carries the target layout, so that nvFuser redistributes."""
+    out = ctx.ops.set(x)
+    mesh, placements = _LAYOUTS[key]
+    val = ctx.node.meta.get("val")
+    if val is not None:
+        desc = PlacementDesc.from_mesh(mesh, placements, val.ndim)
+        if placement_reason(desc, tuple(val.shape)) is None:
+            schedule_input(out, desc)
+    return out
 
 
 def use_run_relayout(graph: fx.Graph) -> None:

@@ -2,9 +2,11 @@
 
     torchrun --nproc_per_node N tests/distributed/gloo_worker.py [case ...]
 
-Each case builds the same model twice (same seed), runs eager DTensor and the compiled copy
-forward and backward, and compares outputs, input gradients and parameter gradients (values
-and placements). Every rank prints ``PASS <case> <path>`` or raises. Run by
+Each case builds the same model three times (same seed): the plain model on the full input,
+eager DTensor and the compiled copy; it runs them forward and backward and compares outputs,
+input gradients and parameter gradients (values against both, placements against eager
+DTensor). Eager DTensor attention on CPU needs the strategies of dtensor_ops.py (torch 2.10
+has none for the CPU flash kernel), registered first. Every rank prints ``PASS <case> <path>`` or raises. Run by
 tests/distributed/test_tensor_parallel.py; on CPU the evaluator stands in for nvFuser.
 """
 
@@ -29,6 +31,7 @@ from torch.distributed.tensor.parallel import (
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import nvfuser_dtensor_backend as nb  # noqa: E402
+from nvfuser_dtensor_backend.dtensor_ops import register_strategies  # noqa: E402
 from models import MLP, TPAttention, TPBlock  # noqa: E402
 
 D, HEADS = 32, 4  # width and heads divide by 1, 2 and 4 ranks
@@ -57,23 +60,32 @@ def _sp_block_plan():
     }
 
 
+# Each case returns (model, plan, full input, the input dim split over ranks or None).
 def case_tp_mlp(mesh):
-    return MLP(D, 4 * D, approximate="none"), _mlp_plan(), torch.randn(2, 8, D)
+    return MLP(D, 4 * D, approximate="none"), _mlp_plan(), torch.randn(2, 8, D), None
+
+
+def case_tp_mlp_fused_matmul(mesh):
+    # fuse_matmul=True: the matmuls and the relayouts join the fusions (nvFuser's own
+    # all-reduce on GPUs; the evaluator's gather-compute-keep on CPU).
+    return MLP(D, 4 * D, approximate="none"), _mlp_plan(), torch.randn(2, 8, D), None
+
+
+OPTIONS = {"tp_mlp_fused_matmul": {"fuse_matmul": True}}
 
 
 def case_tp_attention(mesh):
-    return TPAttention(D, HEADS), _attention_plan(local_output=False), torch.randn(2, 8, D)
+    return TPAttention(D, HEADS), _attention_plan(local_output=False), torch.randn(2, 8, D), None
 
 
 def case_tp_attention_local_output(mesh):
     # Colwise outputs as local tensors: the head reshape works on local parts (local path).
-    return TPAttention(D, HEADS), _attention_plan(local_output=True), torch.randn(2, 8, D)
+    return TPAttention(D, HEADS), _attention_plan(local_output=True), torch.randn(2, 8, D), None
 
 
 def case_sp_block(mesh):
     # Sequence parallel: the input is this rank's part of the sequence.
-    x = torch.randn(2, 8 * mesh.size(), D)
-    return TPBlock(D, HEADS), _sp_block_plan(), x.chunk(mesh.size(), dim=1)[mesh.get_local_rank()]
+    return TPBlock(D, HEADS), _sp_block_plan(), torch.randn(2, 8 * mesh.size(), D), 1
 
 
 def case_dtensor_function(mesh):
@@ -91,21 +103,29 @@ def _close(a, b, what):
 
 
 def run_module_case(name, mesh):
-    model, plan, x = CASES[name](mesh)
-    torch.manual_seed(0)
+    torch.manual_seed(0)  # the same model and input on every rank (a Replicate input must be)
+    model, plan, x_full, split = CASES[name](mesh)
+    plain_x = x_full.clone().requires_grad_()
+    plain = model(plain_x)
+    plain.sum().backward()
     ref_model = parallelize_module(copy.deepcopy(model), mesh, plan)
     our_model = parallelize_module(copy.deepcopy(model), mesh, plan)
+    x = x_full if split is None else x_full.chunk(mesh.size(), dim=split)[mesh.get_local_rank()]
     x_ref, x_our = x.clone().requires_grad_(), x.clone().requires_grad_()
     ref = ref_model(x_ref)
     nb.clear_reports()
-    out = torch.compile(our_model, backend="nvfuser_dtensor")(x_our)
+    out = torch.compile(our_model, backend="nvfuser_dtensor", options=OPTIONS.get(name))(x_our)
     _close(out, ref, "output")
     assert isinstance(out, DTensor) == isinstance(ref, DTensor), (type(out), type(ref))
     ref.sum().backward()
     out.sum().backward()
     _close(x_our.grad, x_ref.grad, "input gradient")
-    for (pname, p_ref), (_, p_our) in zip(ref_model.named_parameters(), our_model.named_parameters()):
+    plain_out = plain if split is None else plain.chunk(mesh.size(), dim=split)[mesh.get_local_rank()]
+    _close(out, plain_out, "output vs the plain model")
+    for (pname, p_ref), (_, p_our), p_plain in zip(ref_model.named_parameters(), our_model.named_parameters(),
+                                                  model.parameters()):
         _close(p_our.grad, p_ref.grad, f"gradient of {pname}")
+        _close(p_our.grad, p_plain.grad, f"gradient of {pname} vs the plain model")
         assert p_our.grad.placements == p_ref.grad.placements, (pname, p_our.grad.placements, p_ref.grad.placements)
     return _path()
 
@@ -138,6 +158,8 @@ def run_function_case(mesh):
 
 
 def _path() -> str:
+    fallbacks = [r.fallback_reason for report in nb.reports() for r in report.regions if r.fallback_reason]
+    assert not fallbacks, fallbacks
     kinds = [r.kind for r in nb.reports()]
     regions = sum(len(r.partition.regions) for r in nb.reports())
     path = "global" if kinds and all("global view" in k for k in kinds) else "local"
@@ -146,6 +168,7 @@ def _path() -> str:
 
 def main(names):
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    register_strategies()
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     try:

@@ -17,6 +17,7 @@ WORKER = Path(__file__).with_name("gloo_worker.py")
 # case -> the path it must take (the local one only where the global view cannot apply).
 EXPECTED = {
     "tp_mlp": "global",
+    "tp_mlp_fused_matmul": "global",
     "tp_attention": "global",
     "tp_attention_local_output": "local",
     "sp_block": "global",
