@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from models import MLP, Attention, Block, LlamaBlock, SwiGLU  # noqa: E402
+from models import (  # noqa: E402
+    MLP, Attention, Block, LlamaBlock, SwiGLU, TPAttention, TPBlock, sp_block_plan, tp_attention_plan, tp_mlp_plan)
 
 SIZES = ("small", "medium", "large")
 
@@ -127,15 +128,34 @@ def llama_stack(size, dtype, device, mesh=None):
     return Workload(stack, [_t(b, s, d, dtype=dtype, device=device)])
 
 
+def _parallelize(module, mesh, plan):
+    if mesh is None:
+        return module
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    return parallelize_module(module, mesh, plan)
+
+
 def tp_mlp(size, dtype, device, mesh=None):
     """Column-parallel fc1 -> gelu -> row-parallel fc2 (Megatron MLP) on ``mesh``."""
     b, s, d, _ = MODEL[size]
-    mlp = MLP(d, 4 * d).to(device, dtype)
-    if mesh is not None:
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-        mlp = parallelize_module(mlp, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    mlp = _parallelize(MLP(d, 4 * d).to(device, dtype), mesh, tp_mlp_plan())
     return Workload(mlp, [_t(b, s, d, dtype=dtype, device=device)])
+
+
+def tp_attention(size, dtype, device, mesh=None):
+    """Causal attention with q/k/v column-parallel (heads split) and o row-parallel."""
+    b, s, d, heads = MODEL[size]
+    attn = _parallelize(TPAttention(d, heads).to(device, dtype), mesh, tp_attention_plan())
+    return Workload(attn, [_t(b, s, d, dtype=dtype, device=device)])
+
+
+def sp_block(size, dtype, device, mesh=None):
+    """Pre-norm block, sequence parallel around the norms; the input is this rank's sequence part."""
+    b, s, d, heads = MODEL[size]
+    block = _parallelize(TPBlock(d, heads).to(device, dtype), mesh, sp_block_plan())
+    world = mesh.size() if mesh is not None else 1
+    return Workload(block, [_t(b, s // world, d, dtype=dtype, device=device)])
 
 
 CASES = [
@@ -151,6 +171,8 @@ CASES = [
     Case("gpt2_stack", gpt2_stack),
     Case("llama_stack", llama_stack),
     Case("tp_mlp", tp_mlp, tensor_parallel=True),
+    Case("tp_attention", tp_attention, tensor_parallel=True),
+    Case("sp_block", sp_block, tensor_parallel=True),
 ]
 BY_NAME = {c.name: c for c in CASES}
 TP_CASES = [c.name for c in CASES if c.tensor_parallel]

@@ -25,6 +25,7 @@ class NvFuserMissingError(ImportError):
 @functools.cache
 def nvfuser() -> ModuleType:
     """Return the ``nvfuser_direct`` module, importing it on first use."""
+    _point_communicator_at_launcher()
     try:
         import nvfuser_direct
     except ImportError as e:  # pragma: no cover - depends on the environment
@@ -32,6 +33,17 @@ def nvfuser() -> ModuleType:
     if not torch.cuda.is_available():
         atexit.register(_hide_launcher_env)
     return nvfuser_direct
+
+
+def _point_communicator_at_launcher() -> None:
+    """nvFuser's communicator reads NVFUSER_MASTER_ADDR, not the launcher's MASTER_ADDR.
+
+    Without it nvFuser's multidevice support is silently off, so under torchrun on GPUs the
+    launcher's address is passed on (the port stays nvFuser's own, NVFUSER_MASTER_PORT or
+    29542). Left alone without CUDA: the gloo tests need no nvFuser communicator.
+    """
+    if "MASTER_ADDR" in os.environ and "NVFUSER_MASTER_ADDR" not in os.environ and torch.cuda.is_available():
+        os.environ["NVFUSER_MASTER_ADDR"] = os.environ["MASTER_ADDR"]
 
 
 # Note [nvFuser communicator at exit]

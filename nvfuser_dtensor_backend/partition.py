@@ -11,7 +11,7 @@ from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .registry import Translator, lookup
+from .registry import Translator, lookup, op_name
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
@@ -125,5 +125,5 @@ def partition(
         if node.op == "call_module" and node.target.startswith("nvfuser_region_"):
             names.append(node.target)
             sub = getattr(fused, node.target)
-            report.regions.append([str(n.target) for n in sub.graph.nodes if n.op == "call_function"])
+            report.regions.append([op_name(n.target) for n in sub.graph.nodes if n.op == "call_function"])
     return fused, names, report

@@ -24,6 +24,7 @@ from ._nvfuser import version as nvfuser_version
 from .evaluator import Evaluator
 from .fusion import BuiltFusion, build_fusion, describe
 from .options import Options
+from .registry import op_name
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
@@ -152,7 +153,7 @@ class FusedRegion(torch.nn.Module):
         self._single = not isinstance(out, (tuple, list))
         self._entries: dict[Any, Callable] = {}
         self._warned: set[str] = set()
-        self.ops = [str(n.target) for n in region.graph.nodes if n.op == "call_function"]
+        self.ops = [op_name(n.target) for n in region.graph.nodes if n.op == "call_function"]
         self.fallback_reason: str | None = None
 
     # The fast path: one dict lookup, then run (see Note [Lean call path]).

@@ -119,6 +119,13 @@ def tensor_reason(t: torch.Tensor) -> str | None:
     return None
 
 
+def op_name(target) -> str:
+    """How reports name a node's target: ``aten.add.Tensor``, or a Python function's name."""
+    if isinstance(target, OpOverload) or not callable(target) or not hasattr(target, "__qualname__"):
+        return str(target)
+    return f"{target.__module__.rsplit('.', 1)[-1]}.{target.__qualname__}"
+
+
 def lookup(node: fx.Node, fuse_matmul: bool = True) -> Translator | Unsupported:
     """Translator for ``node`` or the reason it cannot be fused.
 
@@ -129,7 +136,7 @@ def lookup(node: fx.Node, fuse_matmul: bool = True) -> Translator | Unsupported:
         return Unsupported(f"{node.op} node")
     entry = TRANSLATORS.get(node.target)
     if entry is None:
-        return Unsupported(f"no translator for {node.target}")
+        return Unsupported(f"no translator for {op_name(node.target)}")
     if entry.gemm and not fuse_matmul:
         return Unsupported(f"{node.target}: matmuls run in PyTorch/cuBLAS (options fuse_matmul=False)")
     if node.target is not operator.getitem and entry.generic_check:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
 
 
 class MLP(nn.Module):
@@ -119,3 +121,32 @@ class TPBlock(nn.Module):
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
+
+
+# --- tensor-parallel plans (parallelize_module) for the models above ---------------------
+def tp_mlp_plan():
+    """Megatron MLP: fc1 column-parallel, fc2 row-parallel."""
+    return {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
+
+
+def tp_attention_plan(local_output: bool = False):
+    """TPAttention: q/k/v column-parallel (heads split), o row-parallel."""
+    col = dict(use_local_output=local_output)
+    return {"q": ColwiseParallel(**col), "k": ColwiseParallel(**col), "v": ColwiseParallel(**col),
+            "o": RowwiseParallel()}
+
+
+def sp_block_plan():
+    """TPBlock with sequence parallel norms (input and output Shard(1) on the sequence)."""
+    col = dict(use_local_output=False)
+    return {
+        "ln1": SequenceParallel(),
+        "attn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "attn.q": ColwiseParallel(**col), "attn.k": ColwiseParallel(**col), "attn.v": ColwiseParallel(**col),
+        "attn.o": RowwiseParallel(output_layouts=Shard(1)),
+        "ln2": SequenceParallel(),
+        "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel(output_layouts=Shard(1)),
+    }
+
+

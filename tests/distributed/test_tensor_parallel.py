@@ -1,6 +1,6 @@
 """Tensor-parallel models compiled with nvfuser_dtensor match eager DTensor on 2 and 4 gloo ranks.
 
-Each world size is one torchrun launch of gloo_worker.py running every case (forward,
+Each world size is one torchrun launch of tp_worker.py running every case (forward,
 backward, input and parameter gradients with their placements); on CPU the evaluator stands
 in for nvFuser and reproduces the global-view semantics (gather, compute, keep own part).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-WORKER = Path(__file__).with_name("gloo_worker.py")
+WORKER = Path(__file__).with_name("tp_worker.py")
 # case -> the path it must take (the local one only where the global view cannot apply).
 EXPECTED = {
     "tp_mlp": "global",
@@ -25,20 +25,25 @@ EXPECTED = {
 }
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=["world2", "world4"])
-def launch(request):
-    n = request.param
+def _torchrun(n: int, device: str):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run(
+    env.update(OMP_NUM_THREADS="1", WORKER_DEVICE=device)
+    return subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(n),
          str(WORKER), *EXPECTED],
         capture_output=True, text=True, timeout=600, env=env)
-    return n, proc
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["world2", "world4"])
+def launch(request):
+    return request.param, _torchrun(request.param, "cpu")
 
 
 def test_every_case_passes_on_every_rank(launch):
-    n, proc = launch
+    _check_all_passed(*launch)
+
+
+def _check_all_passed(n, proc):
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-6000:]
     passed = re.findall(r"PASS (\w+) (global|local) regions=(\d+) rank=(\d+)", text)
@@ -53,3 +58,13 @@ def test_local_path_says_why(launch):
     _, proc = launch
     assert "DTensor graph takes the local path" in proc.stderr
     assert "on local parts is not pointwise" in proc.stderr  # the local-output attention
+
+
+@pytest.mark.gpu
+def test_every_case_passes_on_the_visible_gpus():
+    """One rank per visible GPU with NCCL and nvFuser's own execution (a mesh of size 1 on one GPU)."""
+    import torch
+
+    n = torch.cuda.device_count()
+    proc = _torchrun(n, "cuda")
+    _check_all_passed(n, proc)
