@@ -42,7 +42,11 @@ def _point_communicator_at_launcher() -> None:
     launcher's address is passed on (the port stays nvFuser's own, NVFUSER_MASTER_PORT or
     29542). Left alone without CUDA: the gloo tests need no nvFuser communicator.
     """
-    if "MASTER_ADDR" in os.environ and "NVFUSER_MASTER_ADDR" not in os.environ and torch.cuda.is_available():
+    if "MASTER_ADDR" not in os.environ or "NVFUSER_MASTER_ADDR" in os.environ or not torch.cuda.is_available():
+        return
+    # One GPU per local rank, as nvFuser's communicator assumes (CPU ranks sharing a GPU
+    # machine would make it open an invalid device).
+    if int(os.environ.get("LOCAL_WORLD_SIZE", "1")) <= torch.cuda.device_count():
         os.environ["NVFUSER_MASTER_ADDR"] = os.environ["MASTER_ADDR"]
 
 

@@ -170,13 +170,24 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
     return make_boxed_func(fused)
 
 
+def _global_view_choice(opts: Options, example_inputs) -> str | None:
+    """Why ``options.global_view`` keeps this DTensor graph off the global view, or None."""
+    if opts.global_view is False:
+        return "options global_view=False"
+    on_cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in example_inputs)
+    if opts.global_view == "auto" and on_cuda:
+        return ("the global view is opt-in on CUDA (options={'global_view': True}): nvFuser 0.2.36 crashed "
+                "executing some global-view fusions on the H200")
+    return None
+
+
 def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = None, **kwargs) -> Callable:
     """The dynamo backend registered as ``"nvfuser_dtensor"``."""
     opts = Options.from_dict(options)
     nvfuser()  # raises NvFuserMissingError with the pip command that fixes it
     FUSION_CACHE.maxsize = opts.cache_size  # process-wide: the last compile's setting holds
     if has_dtensor(example_inputs):
-        reason = global_view_reason(gm, example_inputs)
+        reason = _global_view_choice(opts, example_inputs) or global_view_reason(gm, example_inputs)
         if reason is None:
             try:
                 return compile_global_view(gm, example_inputs, opts, compile_aten_graph)

@@ -28,6 +28,12 @@ class Options:
             stay in PyTorch and regions hold the pointwise/reduction work between them.
         min_region_size: regions with fewer compute nodes stay in PyTorch.
         cache_size: how many fusion definitions the process-wide cache keeps.
+        global_view: how graphs with DTensor inputs are compiled: ``True`` in the global view
+            (fusions with global shapes and multidevice annotations, global_view.py),
+            ``False`` on the local path (AOTAutograd's per-rank desugaring), ``"auto"``
+            (default): the global view on CPU, the local path on CUDA, where nvFuser 0.2.36
+            crashed (segfault in ``execute``) on global-view fusions with layer_norm and with
+            fused matmuls on the H200; on CUDA the global view is opt-in until that is fixed.
     """
 
     fallback: str = "eager"
@@ -35,6 +41,7 @@ class Options:
     fuse_matmul: bool = False
     min_region_size: int = 1
     cache_size: int = 4096
+    global_view: bool | str = "auto"
 
     @staticmethod
     def from_dict(options: dict[str, Any] | None) -> "Options":
@@ -56,6 +63,8 @@ class Options:
             raise OptionsError(f"cache_size must be a positive int, got {opts.cache_size!r}")
         if not isinstance(opts.fuse_matmul, bool):
             raise OptionsError(f"fuse_matmul must be a bool, got {opts.fuse_matmul!r}")
+        if opts.global_view not in (True, False, "auto"):
+            raise OptionsError(f"global_view must be True, False or 'auto', got {opts.global_view!r}")
         if opts.dump_dir is not None and not isinstance(opts.dump_dir, (str, os.PathLike)):
             raise OptionsError(f"dump_dir must be a path, got {opts.dump_dir!r}")
         return opts

@@ -101,3 +101,15 @@ def test_local_path_for_what_the_global_view_cannot_take(mesh, caplog, make, rea
     lines = [r.getMessage() for r in caplog.records if "local path" in r.getMessage()]
     assert len(lines) == 1 and reason in lines[0], lines
     assert all("global view" not in r.kind for r in nb.reports())
+
+
+def test_global_view_option(mesh, caplog):
+    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)])
+    with caplog.at_level(logging.WARNING, logger="nvfuser_dtensor_backend"):
+        out = torch.compile(lambda x: torch.sigmoid(x) + 1, backend="nvfuser_dtensor",
+                            options={"global_view": False})(x)
+    assert out.placements == (Shard(0),)
+    assert any("options global_view=False" in r.getMessage() for r in caplog.records)
+    assert all("global view" not in r.kind for r in nb.reports())
+    with pytest.raises(Exception, match="global_view must be"):
+        torch.compile(lambda x: x + 1, backend="nvfuser_dtensor", options={"global_view": "yes"})(x)

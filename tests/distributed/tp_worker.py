@@ -32,6 +32,7 @@ from models import MLP, TPAttention, TPBlock, sp_block_plan, tp_attention_plan, 
 D, HEADS = 32, 4  # width and heads divide by 1, 2 and 4 ranks
 DEVICE = os.environ.get("WORKER_DEVICE", "cpu")
 TOL = 1e-4 if DEVICE == "cpu" else 2e-3  # GPU: other reduction orders, TF32-free fp32 GEMMs
+GLOBAL_VIEW = {"1": True, "0": False}.get(os.environ.get("WORKER_GLOBAL_VIEW", ""), "auto")  # options.global_view
 
 
 # Each case returns (model, plan, full input, the input dim split over ranks or None).
@@ -70,6 +71,10 @@ def case_dtensor_function(mesh):
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
+def _options(name: str) -> dict:
+    return dict(OPTIONS.get(name, {}), global_view=GLOBAL_VIEW)
+
+
 def _close(a, b, what):
     a = a.full_tensor() if isinstance(a, DTensor) else a
     b = b.full_tensor() if isinstance(b, DTensor) else b
@@ -88,7 +93,7 @@ def run_module_case(name, mesh):
     x_ref, x_our = x.clone().requires_grad_(), x.clone().requires_grad_()
     ref = ref_model(x_ref)
     nb.clear_reports()
-    out = torch.compile(our_model, backend="nvfuser_dtensor", options=OPTIONS.get(name))(x_our)
+    out = torch.compile(our_model, backend="nvfuser_dtensor", options=_options(name))(x_our)
     _close(out, ref, "output")
     assert isinstance(out, DTensor) == isinstance(ref, DTensor), (type(out), type(ref))
     ref.sum().backward()
@@ -120,7 +125,7 @@ def run_function_case(mesh):
     for p in params:
         p.grad = None
     nb.clear_reports()
-    out = torch.compile(f, backend="nvfuser_dtensor")(x, *params)
+    out = torch.compile(f, backend="nvfuser_dtensor", options=_options("dtensor_function"))(x, *params)
     (out[0].sum() + out[1].sum()).backward()
     for o, r in zip(out, ref):
         assert o.placements == r.placements, (o.placements, r.placements)
