@@ -159,16 +159,54 @@ def compile_global_view(gm: fx.GraphModule, example_inputs, options: Options,
     out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     n_out = len(out) if isinstance(out, (tuple, list)) else 1
 
-    def compile_graph(g, kind):
+    graphs = [graph] if not train else None
+    if train:
+        tangents = [n for n in graph.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")]
+        if len(tangents) != n_out:
+            raise NotGlobalView(f"{n_out - len(tangents)} output(s) without a gradient")
+        graphs = list(min_cut_rematerialization_partition(graph, fakes, num_fwd_outputs=n_out))
+    for g in graphs:
         use_run_relayout(g.graph)
         _full_sums_as_sum_default(g.graph)
         g.recompile()
+    _dry_run(graphs, example_inputs, conv, n_out)
+
+    def compile_graph(g, kind):
         return compile_aten_graph(g, None, options, kind, region_cls=GlobalViewRegion)
 
     if not train:
-        return _InferenceRunner(compile_graph(graph, "inference"), conv)
-    tangents = [n for n in graph.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")]
-    if len(tangents) != n_out:
-        raise NotGlobalView(f"{n_out - len(tangents)} output(s) without a gradient")
-    fw, bw = min_cut_rematerialization_partition(graph, fakes, num_fwd_outputs=n_out)
-    return _TrainingRunner(compile_graph(fw, "forward"), compile_graph(bw, "backward"), n_out, conv)
+        return _InferenceRunner(compile_graph(graphs[0], "inference"), conv)
+    return _TrainingRunner(compile_graph(graphs[0], "forward"), compile_graph(graphs[1], "backward"), n_out, conv)
+
+
+def _dry_run(graphs: list[fx.GraphModule], example_inputs, conv: Conversions, n_out: int) -> None:
+    """Run the aten graphs on fake DTensors: every op must have a DTensor sharding strategy.
+
+    At run time the ops outside regions (and a region that falls back) dispatch through
+    DTensor; an op our lowering produced that DTensor cannot shard would fail there, after
+    compilation. Found here, the graph takes the local path instead. The backward graph gets
+    gradients placed like the forward outputs.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = torch._guards.detect_fake_mode() or FakeTensorMode(allow_non_fake_inputs=True)
+    try:
+        with mode, implicit_replication():
+            args = []
+            for i, a in enumerate(example_inputs):
+                if i in conv.inputs:
+                    mesh, placements = conv.inputs[i]
+                    args.append(DTensor.from_local(mode.from_tensor(a), mesh, placements, run_check=False))
+                elif isinstance(a, DTensor):
+                    args.append(DTensor.from_local(mode.from_tensor(a._local_tensor), a.device_mesh, a.placements,
+                                                   run_check=False, shape=a.shape, stride=a.stride()))
+                else:
+                    args.append(mode.from_tensor(a))
+            outs = graphs[0](*args)
+            if len(graphs) > 1:
+                outs = list(outs)
+                grads = [torch.ones_like(o) if isinstance(o, torch.Tensor) else o for o in outs[:n_out]]
+                graphs[1](*outs[n_out:], *grads)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise NotGlobalView(f"DTensor cannot run the lowered graph: {type(e).__name__}: {first[:200]}") from e

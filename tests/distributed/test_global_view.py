@@ -113,3 +113,29 @@ def test_global_view_option(mesh, caplog):
     assert all("global view" not in r.kind for r in nb.reports())
     with pytest.raises(Exception, match="global_view must be"):
         torch.compile(lambda x: x + 1, backend="nvfuser_dtensor", options={"global_view": "yes"})(x)
+
+
+@torch.library.custom_op("nvfuser_dtensor_test::twice", mutates_args=())
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_twice.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_dry_run_finds_ops_dtensor_cannot_run(mesh):
+    """Ops left outside regions run through DTensor; one without a sharding strategy is found
+    at compile time (the graph then takes the local path), not as a crash at run time."""
+    from torch import fx
+
+    from nvfuser_dtensor_backend.global_view import NotGlobalView, _dry_run
+    from nvfuser_dtensor_backend.tp_conversions import Conversions
+
+    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)])
+    good = fx.symbolic_trace(lambda x: torch.ops.aten.exp.default(x))
+    _dry_run([good], [x], Conversions(), 1)
+    bad = fx.symbolic_trace(lambda x: torch.ops.nvfuser_dtensor_test.twice.default(x))
+    with pytest.raises(NotGlobalView, match="DTensor cannot run the lowered graph"):
+        _dry_run([bad], [x], Conversions(), 1)
