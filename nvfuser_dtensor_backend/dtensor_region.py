@@ -25,26 +25,27 @@ from ._nvfuser import version as nvfuser_version
 from .dtensor import PlacementDesc, placement_reason, placements_from_sharding, schedule_input
 from .evaluator import Evaluator
 from .fusion import describe
-from .region import FUSION_CACHE, FusedRegion, _announce_evaluator, _first_line
+from .region import FUSION_CACHE, FusedRegion, RegionDeclined, _announce_evaluator, _first_line
 
 log = logging.getLogger("nvfuser_dtensor_backend")
+
+
+def _fast_key(a):
+    if isinstance(a, DTensor):
+        return (a.dtype, a.shape, a.stride(), a._local_tensor.is_cuda, a.placements, a.device_mesh)
+    if isinstance(a, torch.Tensor):
+        return (a.dtype, a.shape, a.stride(), a.is_cuda)
+    return type(a)
 
 
 class GlobalViewRegion(FusedRegion):
     """A :class:`FusedRegion` whose inputs are DTensors, fused in the global view."""
 
-    def forward(self, *args):
-        key = tuple(_fast_key(a) for a in args)
-        entry = self._entries.get(key)
-        if entry is None:
-            entry = self._prepare(args, key)
-        try:
-            return entry(list(args))
-        except Exception as e:  # nvFuser compile/run errors surface on the first execute
-            if entry is self._run_fallback:
-                raise
-            fallback = self._fail(key, f"nvFuser failed at run time: {_first_line(e)}", e)
-            return fallback(list(args))
+    _key_of = staticmethod(_fast_key)
+
+    def _recover(self, key, args, entry, error):
+        """nvFuser failed at run time: the region runs with DTensor from now on."""
+        return self._fail(key, f"nvFuser failed at run time: {_first_line(error)}", error)(list(args))
 
     def _make_entry(self, args):
         mesh = next(a.device_mesh for a in args if isinstance(a, DTensor))
@@ -87,21 +88,12 @@ class GlobalViewRegion(FusedRegion):
             entry = _GlobalViewEntry(built, self._single, mesh, expected)
         return _ReducePartialsFirst(entry, partial) if partial else entry
 
-    def _prepare(self, args, key):
-        if len(self._entries) > 64:
-            self._entries.clear()
-        try:
-            entry = self._make_entry(args)
-        except _NotGlobal as e:
-            return self._fail(key, f"the global view cannot take it ({e}); running it with DTensor", e)
-        except Exception as e:
-            return self._fail(key, f"the fusion could not be defined: {_first_line(e)}", e)
-        self._entries[key] = entry
-        return entry
 
-
-class _NotGlobal(Exception):
+class _NotGlobal(RegionDeclined):
     """An input signature the global view cannot express (the region runs with DTensor)."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"the global view cannot take it ({reason}); running it with DTensor")
 
 
 def _has_partial(placements) -> bool:
@@ -124,14 +116,6 @@ class _ReducePartialsFirst:
 
     def __call__(self, args):
         return self.inner(_reduce_partials(args, self.index))
-
-
-def _fast_key(a):
-    if isinstance(a, DTensor):
-        return (a.dtype, a.shape, a.stride(), a._local_tensor.is_cuda, a.placements, a.device_mesh)
-    if isinstance(a, torch.Tensor):
-        return (a.dtype, a.shape, a.stride(), a.is_cuda)
-    return type(a)
 
 
 def _local(a: torch.Tensor) -> torch.Tensor:

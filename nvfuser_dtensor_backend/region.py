@@ -37,6 +37,14 @@ class NvFuserRegionError(RuntimeError):
     """nvFuser failed on a region and ``fallback="error"`` was asked for."""
 
 
+class RegionDeclined(Exception):
+    """A region runs in PyTorch for this input signature; the message says why."""
+
+
+def _tensor_key(a):
+    return (a.dtype, a.shape, a.stride(), a.is_cuda) if isinstance(a, torch.Tensor) else type(a)
+
+
 # --- process-wide definition cache ------------------------------------------------------
 # Note [Fusion cache key]
 # (region code, input descriptors, nvFuser version). The region code is the text of the
@@ -156,11 +164,11 @@ class FusedRegion(torch.nn.Module):
         self.ops = [op_name(n.target) for n in region.graph.nodes if n.op == "call_function"]
         self.fallback_reason: str | None = None
 
+    _key_of = staticmethod(_tensor_key)  # the cheap per-argument part of the entry key
+
     # The fast path: one dict lookup, then run (see Note [Lean call path]).
     def forward(self, *args):
-        key = tuple(
-            (a.dtype, a.shape, a.stride(), a.is_cuda) if isinstance(a, torch.Tensor) else type(a) for a in args
-        )
+        key = tuple(map(self._key_of, args))
         entry = self._entries.get(key)
         if entry is None:
             entry = self._prepare(args, key)
@@ -187,6 +195,8 @@ class FusedRegion(torch.nn.Module):
             self._entries.clear()
         try:
             entry = self._make_entry(args)
+        except RegionDeclined as e:
+            return self._fail(key, str(e), e)
         except Exception as e:
             return self._fail(key, f"the fusion could not be defined: {_first_line(e)}", e)
         self._entries[key] = entry
