@@ -79,22 +79,44 @@ def opinfos(only: set[str] | None):
             yield info, fam[key]
 
 
-def _compare(got, expected) -> str | None:
-    """None if ``got`` matches eager's ``expected`` within the tolerance of each output's dtype."""
+def _compare(got, expected, reference=None) -> str | None:
+    """None if ``got`` matches eager's ``expected`` within the tolerance of each output's dtype.
+
+    Where it does not and a float64 ``reference`` exists, a floating output still passes if
+    its error against the reference is no worse than twice eager's (plus the tolerance):
+    eager is not always the more accurate one (layer_norm over one element: eager's weight
+    gradient is 1e-5, the exact answer 0).
+    """
     g, _ = tree_flatten(got)
     e, _ = tree_flatten(expected)
-    if len(g) != len(e):
+    r = tree_flatten(reference)[0] if reference is not None else [None] * len(e)
+    if len(g) != len(e) or len(r) != len(e):
         return f"{len(g)} outputs, eager has {len(e)}"
-    for a, b in zip(g, e):
+    for a, b, ref in zip(g, e, r):
         if isinstance(b, torch.Tensor):
             atol, rtol = TOLERANCES.get(b.dtype, (0, 0))
             try:
                 torch.testing.assert_close(a, b, atol=atol, rtol=rtol, equal_nan=True, check_device=False)
             except AssertionError as err:
-                return str(err).strip().splitlines()[0]
+                if not (isinstance(ref, torch.Tensor) and b.is_floating_point() and _no_worse(a, b, ref, atol)):
+                    return str(err).strip().splitlines()[0]
         elif a != b:
             return f"{a!r} != {b!r}"
     return None
+
+
+def _no_worse(got, eager, ref, atol) -> bool:
+    ref = ref.double()
+    if got.shape != eager.shape or got.dtype != eager.dtype or ref.shape != eager.shape:
+        return False
+    if not torch.equal(torch.isnan(got), torch.isnan(eager)):
+        return False
+    finite = torch.isfinite(ref)
+    if not finite.any():
+        return True
+    err = (got.double() - ref)[finite].abs().max().item()
+    eager_err = (eager.double() - ref)[finite].abs().max().item()
+    return err <= 2 * eager_err + atol * (1 + ref[finite].abs().max().item())
 
 
 def _outcome() -> tuple[int, list[str], int]:
@@ -123,14 +145,16 @@ def run_sample(info, family: str, sample, dtype, backward: bool) -> tuple[str, s
         inp, args, kwargs = tree_unflatten(values, spec)
         return info.op(inp, *args, **kwargs)
 
-    def inputs():
+    def inputs(dtype=None):
         ts = [leaves[i].detach().clone() for i in index]
+        if dtype is not None:
+            ts = [t.to(dtype) if t.is_floating_point() else t for t in ts]
         if backward:
             ts = [t.requires_grad_() if t.is_floating_point() else t for t in ts]
         return ts
 
-    def call(f):
-        ts = inputs()
+    def call(f, dtype=None):
+        ts = inputs(dtype)
         out = f(*ts)
         if not backward:
             return out
@@ -138,7 +162,7 @@ def run_sample(info, family: str, sample, dtype, backward: bool) -> tuple[str, s
         if not outs:
             return out, []
         torch.manual_seed(0)
-        loss = sum((o.float() * torch.randn_like(o, dtype=torch.float32)).sum() for o in outs)
+        loss = sum((o.double() * torch.randn_like(o, dtype=torch.float32).double()).sum() for o in outs)
         loss.backward()
         return out, [t.grad for t in ts if isinstance(t, torch.Tensor) and t.requires_grad]
 
@@ -146,6 +170,12 @@ def run_sample(info, family: str, sample, dtype, backward: bool) -> tuple[str, s
         expected = call(fn)
     except Exception as e:  # noqa: BLE001 - eager cannot run this sample either
         return "skip", f"eager: {type(e).__name__}"
+    reference = None
+    if dtype.is_floating_point and dtype != torch.float64:
+        try:
+            reference = call(fn, torch.float64)
+        except Exception:  # noqa: BLE001 - no float64 kernel: compare with eager alone
+            reference = None
     torch._dynamo.reset()
     nb.clear_reports()
     try:
@@ -154,7 +184,7 @@ def run_sample(info, family: str, sample, dtype, backward: bool) -> tuple[str, s
             got = call(torch.compile(fn, backend="nvfuser_dtensor", dynamic=False))
     except Exception as e:  # noqa: BLE001 - a crash is a finding
         return "ERROR", f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
-    mismatch = _compare(got, expected)
+    mismatch = _compare(got, expected, reference)
     if mismatch:
         return "WRONG", mismatch
     fused, reasons, small = _outcome()

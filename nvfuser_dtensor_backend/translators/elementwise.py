@@ -252,7 +252,12 @@ def div_mode(ctx, a, b, rounding_mode=None):
     a, b = promote(ctx, a, b)
     if rounding_mode == "trunc":
         q = ctx.ops.div(a, b)
-        return ctx.ops.trunc(q) if out_dtype(ctx).is_floating_point else q
+        dtype = out_dtype(ctx)
+        if dtype in (torch.bfloat16, torch.float16):
+            # ATen computes trunc(a / b) with a / b in the half type (c10's BFloat16/Half
+            # operators round), so 2.996 becomes 3 before the trunc; so do we.
+            q = cast(ctx, cast(ctx, q, dtype), torch.float32)
+        return ctx.ops.trunc(q) if dtype.is_floating_point else q
     return _floor_divide(ctx, a, b)
 
 

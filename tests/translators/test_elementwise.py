@@ -768,3 +768,26 @@ def test_every_translator_is_tested():
     assert registered, "no elementwise translators found"
     missing = sorted(registered - COVERED)
     assert not missing, f"elementwise translators without a parity test: {missing}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_trunc_division_of_half_types_rounds_the_quotient_like_aten(dtype):
+    """Regression (OpInfo sweep): ATen computes trunc(a / b) with a / b rounded to the half
+    type (c10's BFloat16/Half operators), so 2.996 becomes 3 before the trunc."""
+    torch.manual_seed(0)
+    a = (torch.randn(4096) * 20).to(dtype)
+    b = (torch.randn(4096) + 0.1).to(dtype)
+    fn = lambda a, b: torch.div(a, b, rounding_mode="trunc") * 2  # noqa: E731
+    assert torch.equal(torch.compile(fn, backend="nvfuser_dtensor")(a, b), fn(a, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_floor_division_of_half_types_is_exact(dtype):
+    """floor(a / b) of half inputs equals the float64 answer. (Eager on CPU is off by one on
+    some of these, e.g. -8.375 // 0.0491 gives -170, not -171: not a reference here.)"""
+    torch.manual_seed(0)
+    a = (torch.randn(4096) * 20).to(dtype)
+    b = (torch.randn(4096) + 0.1).to(dtype)
+    got = torch.compile(lambda a, b: torch.div(a, b, rounding_mode="floor"), backend="nvfuser_dtensor")(a, b)
+    exact = torch.div(a.double(), b.double(), rounding_mode="floor").to(dtype)
+    assert torch.equal(got, exact)
