@@ -245,6 +245,22 @@ def _floor_divide(ctx, a, b):
     return ctx.ops.where(ctx.ops.logical_and(inexact, signs_differ), ctx.ops.sub(q, 1), q)
 
 
+def _floating_only(node: fx.Node) -> str | None:
+    return None if out_dtype_of(node).is_floating_point else "needs a floating-point result"
+
+
+@translator(aten.round.decimals, check=_floating_only)
+def round_decimals(ctx, a, *, decimals=0):
+    """ATen's round_decimals: nearbyint(a * 10^d) / 10^d, or nearbyint(a / 10^-d) * 10^-d for
+    d <= 0, computed in fp32 for fp16/bf16 (checked against eager: no rounding in between)."""
+    (a,) = promote(ctx, a, dtype=compute_dtype(out_dtype(ctx)))
+    ops = ctx.ops
+    scale = 10.0 ** abs(decimals)
+    if decimals > 0:
+        return ops.div(ops.round(ops.mul(a, scale)), scale)
+    return ops.mul(ops.round(ops.div(a, scale)), scale)
+
+
 @translator(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div_mode(ctx, a, b, rounding_mode=None):
     if rounding_mode is None:

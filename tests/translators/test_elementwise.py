@@ -791,3 +791,14 @@ def test_floor_division_of_half_types_is_exact(dtype):
     got = torch.compile(lambda a, b: torch.div(a, b, rounding_mode="floor"), backend="nvfuser_dtensor")(a, b)
     exact = torch.div(a.double(), b.double(), rounding_mode="floor").to(dtype)
     assert torch.equal(got, exact)
+
+
+@pytest.mark.parametrize("decimals", [0, 2, 3, -1, -3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_round_decimals_matches_aten(decimals, dtype):
+    torch.manual_seed(0)
+    x = (torch.randn(2048) * 300).to(dtype)
+    fn = lambda x: torch.round(x, decimals=decimals) + 1  # noqa: E731
+    got = torch.compile(fn, backend="nvfuser_dtensor")(x)
+    assert nb.reports()[-1].partition.regions, "round.decimals is fused"
+    assert torch.equal(got, fn(x))
