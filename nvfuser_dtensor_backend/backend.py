@@ -28,7 +28,7 @@ from .decompositions import decomposition_table
 from .global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
 from .options import Options
 from .partition import PartitionReport, partition
-from .region import FUSION_CACHE, FusedRegion
+from .region import FUSION_CACHE, FusedRegion, _first_line
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
@@ -87,7 +87,7 @@ class LazyInductor:
         try:
             fn = compile_fx_inner(gm, args)
         except Exception as e:  # inductor failing must not break the program
-            self.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            self.error = _first_line(e)
             log.warning("nvfuser_dtensor: inductor could not compile a fallback piece (%s); running eagerly", self.error)
             return self.sub
 

@@ -62,6 +62,19 @@ class PlacementDesc:
         return {p[1]: k for k, p in enumerate(self.placements) if p[0] == "shard"}
 
 
+def has_partial(placements) -> bool:
+    from torch.distributed.tensor.placement_types import Partial
+
+    return any(isinstance(p, Partial) for p in placements)
+
+
+def without_partial(placements) -> tuple:
+    """``placements`` with each Partial replaced by Replicate (what a reduction leaves)."""
+    from torch.distributed.tensor.placement_types import Partial, Replicate
+
+    return tuple(Replicate() if isinstance(p, Partial) else p for p in placements)
+
+
 def placement_reason(desc: PlacementDesc, global_shape) -> str | None:
     """Why nvFuser's global view cannot take this DTensor input, or None."""
     if len(desc.mesh_shape) > MAX_MESH_DIMS:

@@ -15,20 +15,23 @@ gather every input (``full_tensor``), evaluate the global fusion, keep each rank
 
 from __future__ import annotations
 
-import logging
 import torch
 from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 from torch.distributed.tensor.placement_types import Partial
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ._nvfuser import version as nvfuser_version
-from .dtensor import PlacementDesc, placement_reason, placements_from_sharding, schedule_input
+from .dtensor import (
+    PlacementDesc,
+    has_partial,
+    placement_reason,
+    placements_from_sharding,
+    schedule_input,
+    without_partial,
+)
 from .evaluator import Evaluator
 from .fusion import describe
 from .region import FUSION_CACHE, FusedRegion, RegionDeclined, _announce_evaluator, _first_line
-
-log = logging.getLogger("nvfuser_dtensor_backend")
-
 
 def _fast_key(a):
     if isinstance(a, DTensor):
@@ -48,10 +51,10 @@ class GlobalViewRegion(FusedRegion):
         return self._fail(key, f"nvFuser failed at run time: {_first_line(error)}", error)(list(args))
 
     def _make_entry(self, args):
+        given = args
         mesh = next(a.device_mesh for a in args if isinstance(a, DTensor))
-        expected = _expected_placements(self.region, args, mesh)
         # nvFuser takes no Partial input: those are reduced first (PyTorch's all-reduce).
-        partial = [i for i, a in enumerate(args) if isinstance(a, DTensor) and _has_partial(a.placements)]
+        partial = [i for i, a in enumerate(args) if isinstance(a, DTensor) and has_partial(a.placements)]
         args = _reduce_partials(list(args), partial)
         placements = []
         for a in args:
@@ -67,6 +70,7 @@ class GlobalViewRegion(FusedRegion):
                 placements.append(PlacementDesc.of(_replicated_like(a, mesh)))
             else:
                 placements.append(None)
+        expected = _expected_placements(self.region, given, mesh)  # from the inputs as given
         descs = tuple(describe(a) for a in args)  # global shapes and strides
         cache_key = (self._code_key, descs, tuple(placements), nvfuser_version())
 
@@ -96,14 +100,10 @@ class _NotGlobal(RegionDeclined):
         super().__init__(f"the global view cannot take it ({reason}); running it with DTensor")
 
 
-def _has_partial(placements) -> bool:
-    return any(isinstance(p, Partial) for p in placements)
-
-
 def _reduce_partials(args: list, index: list[int]) -> list:
     for i in index:
         a = args[i]
-        args[i] = a.redistribute(a.device_mesh, [Replicate() if isinstance(p, Partial) else p for p in a.placements])
+        args[i] = a.redistribute(a.device_mesh, without_partial(a.placements))
     return args
 
 
@@ -126,15 +126,19 @@ def _replicated_like(t: torch.Tensor, mesh) -> DTensor:
     return DTensor.from_local(t, mesh, [Replicate()] * mesh.ndim, run_check=False)
 
 
+def fake_dtensor(mode, a: DTensor) -> DTensor:
+    """A DTensor like ``a`` (mesh, placements, global shape) over a fake local tensor of ``mode``."""
+    return DTensor.from_local(mode.from_tensor(a._local_tensor), a.device_mesh, a.placements, run_check=False,
+                              shape=a.shape, stride=a.stride())
+
+
 def _expected_placements(region, args, mesh) -> list[tuple]:
     """The placements eager DTensor gives each region output, from a run on fake DTensors."""
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
         fake = []
         for a in args:
             if isinstance(a, DTensor):
-                local = mode.from_tensor(a._local_tensor)
-                fake.append(DTensor.from_local(local, a.device_mesh, a.placements, run_check=False,
-                                               shape=a.shape, stride=a.stride()))
+                fake.append(fake_dtensor(mode, a))
             elif isinstance(a, torch.Tensor) and a.dim() > 0:
                 fake.append(_replicated_like(mode.from_tensor(a), mesh))
             else:
@@ -147,14 +151,14 @@ def _expected_placements(region, args, mesh) -> list[tuple]:
 def _to_expected(dt: DTensor, expected: tuple) -> DTensor:
     if tuple(dt.placements) == expected:
         return dt
-    if not any(isinstance(p, Partial) for p in expected):
+    if not has_partial(expected):
         return dt.redistribute(dt.device_mesh, expected)
     # nvFuser reduces fully and DTensor refuses to redistribute to Partial, so the value is
     # split by hand: with Partial(sum) one rank of that mesh dim keeps it, the others hold
     # zeros; avg, max and min keep it everywhere.
     mesh = dt.device_mesh
-    plain = [Replicate() if isinstance(p, Partial) else p for p in expected]
-    if tuple(dt.placements) != tuple(plain):
+    plain = without_partial(expected)
+    if tuple(dt.placements) != plain:
         dt = dt.redistribute(mesh, plain)
     local = dt._local_tensor
     coordinate = mesh.get_coordinate()
@@ -164,53 +168,58 @@ def _to_expected(dt: DTensor, expected: tuple) -> DTensor:
     return DTensor.from_local(local, mesh, expected, run_check=False, shape=dt.shape, stride=dt.stride())
 
 
-class _GlobalViewEntry:
-    """``fd.execute`` on the local shards; outputs wrapped with nvFuser's output shardings."""
+class _DTensorEntry:
+    """What both entries share: region output j is fusion output ``index[j]``, wrapped as a
+    DTensor on ``mesh`` and brought to the placements eager gives (``expected[j]``)."""
 
-    __slots__ = ("fd", "index", "single", "mesh", "expected")
+    __slots__ = ("index", "single", "mesh", "expected")
 
     def __init__(self, built, single: bool, mesh, expected: list[tuple]):
-        self.fd = built.fd
         self.index = built.output_index
         self.single = single
         self.mesh = mesh
         self.expected = expected
+
+    def _results(self, wrap):
+        """``wrap(i, expected)`` makes the DTensor of fusion output i."""
+        results = [_to_expected(wrap(i, self.expected[j]), self.expected[j]) for j, i in enumerate(self.index)]
+        return results[0] if self.single else tuple(results)
+
+
+class _GlobalViewEntry(_DTensorEntry):
+    """``fd.execute`` on the local shards; outputs wrapped with nvFuser's output shardings."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, built, single: bool, mesh, expected: list[tuple]):
+        super().__init__(built, single, mesh, expected)
+        self.fd = built.fd
 
     def __call__(self, args):
         outs = self.fd.execute([_local(a) if isinstance(a, torch.Tensor) else a for a in args])
         # Read once per execution (a second read crashed on the H200, nvfuser-facts.md).
         shardings = self.fd.fec.get_output_shardings()
-        results = []
-        for j, i in enumerate(self.index):
+
+        def wrap(i, expected):
             if shardings:
                 placements = placements_from_sharding(shardings[i], self.mesh.ndim)
             else:
                 placements = (Replicate(),) * self.mesh.ndim
-            dt = DTensor.from_local(outs[i], self.mesh, placements, run_check=False)
-            results.append(_to_expected(dt, self.expected[j]))
-        return results[0] if self.single else tuple(results)
+            return DTensor.from_local(outs[i], self.mesh, placements, run_check=False)
+
+        return self._results(wrap)
 
 
-class _GatherEvaluateEntry:
+class _GatherEvaluateEntry(_DTensorEntry):
     """CPU stand-in: gather the global inputs, evaluate the fusion, keep each rank's part."""
 
-    __slots__ = ("run", "index", "single", "mesh", "expected")
+    __slots__ = ("run",)
 
     def __init__(self, built, single: bool, mesh, expected: list[tuple]):
+        super().__init__(built, single, mesh, expected)
         self.run = Evaluator(built.fd, built.constants)
-        self.index = built.output_index
-        self.single = single
-        self.mesh = mesh
-        self.expected = expected
 
     def __call__(self, args):
-        full = [a.full_tensor() if isinstance(a, DTensor) else a for a in args]
-        outs = self.run(full)
-        results = []
-        for j, i in enumerate(self.index):
-            expected = self.expected[j]
-            plain = [Replicate() if isinstance(p, Partial) else p for p in expected]
-            dt = distribute_tensor(outs[i], self.mesh, plain, src_data_rank=None)
-            results.append(_to_expected(dt, expected))
-        return results[0] if self.single else tuple(results)
-
+        outs = self.run([a.full_tensor() if isinstance(a, DTensor) else a for a in args])
+        return self._results(
+            lambda i, expected: distribute_tensor(outs[i], self.mesh, without_partial(expected), src_data_rank=None))

@@ -11,9 +11,10 @@ nvFuser on the local shards. The forward and backward are tied together by our o
 ``autograd.Function``: AOTAutograd's runtime wrapper would reject DTensor grad_outputs for a
 graph traced with plain tensors.
 
-Graphs the global view cannot take (the tensor-parallel closures of ``parallelize_module``,
-``Partial`` or unevenly sharded inputs, several meshes, symbolic shapes, input mutation,
-outputs aliasing inputs, ...) take the local path instead: AOTAutograd's DTensor
+The tensor-parallel closures of ``parallelize_module`` are rewritten first
+(tp_conversions.py). Graphs the global view cannot take (``Partial`` or unevenly sharded
+inputs, several meshes, symbolic shapes, input mutation, outputs aliasing inputs, an op
+DTensor cannot shard, ...) take the local path instead: AOTAutograd's DTensor
 desugaring, per-rank fusions with PyTorch's collectives between them. One log line says why.
 """
 
@@ -32,8 +33,9 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from .decompositions import decomposition_table
 from .dtensor import PlacementDesc, placement_reason
 from .dtensor_ops import register_strategies
-from .dtensor_region import GlobalViewRegion
+from .dtensor_region import GlobalViewRegion, fake_dtensor
 from .options import Options
+from .region import _first_line
 from .tp_conversions import Conversions, NotGlobalView, rewrite, use_run_relayout
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -145,8 +147,8 @@ def compile_global_view(gm: fx.GraphModule, example_inputs, options: Options,
     """The callable that replaces ``gm``; raises :class:`NotGlobalView` where it cannot."""
     register_strategies()
     gm, conv = rewrite(gm)
-    for i, (_, placements) in conv.inputs.items():
-        reason = placement_reason(PlacementDesc.of(conv.global_inputs[i]), conv.global_inputs[i].shape)
+    for i, g in conv.global_inputs.items():
+        reason = placement_reason(PlacementDesc.of(g), g.shape)
         if reason:
             raise NotGlobalView(f"input {i}: {reason}")
     fakes = _global_fakes(example_inputs, conv)
@@ -154,12 +156,11 @@ def compile_global_view(gm: fx.GraphModule, example_inputs, options: Options,
     try:
         graph = aot_export_joint_simple(gm, fakes, trace_joint=train, decompositions=decomposition_table())
     except Exception as e:  # input mutation, outputs aliasing inputs, pytrees, ...
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise NotGlobalView(f"tracing the global view failed: {type(e).__name__}: {first[:200]}") from e
+        raise NotGlobalView(f"tracing the global view failed: {_first_line(e)[:250]}") from e
     out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     n_out = len(out) if isinstance(out, (tuple, list)) else 1
 
-    graphs = [graph] if not train else None
+    graphs = [graph]
     if train:
         tangents = [n for n in graph.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")]
         if len(tangents) != n_out:
@@ -192,21 +193,12 @@ def _dry_run(graphs: list[fx.GraphModule], example_inputs, conv: Conversions, n_
     mode = torch._guards.detect_fake_mode() or FakeTensorMode(allow_non_fake_inputs=True)
     try:
         with mode, implicit_replication():
-            args = []
-            for i, a in enumerate(example_inputs):
-                if i in conv.inputs:
-                    mesh, placements = conv.inputs[i]
-                    args.append(DTensor.from_local(mode.from_tensor(a), mesh, placements, run_check=False))
-                elif isinstance(a, DTensor):
-                    args.append(DTensor.from_local(mode.from_tensor(a._local_tensor), a.device_mesh, a.placements,
-                                                   run_check=False, shape=a.shape, stride=a.stride()))
-                else:
-                    args.append(mode.from_tensor(a))
+            args = conv.wrap_inputs([fake_dtensor(mode, a) if isinstance(a, DTensor) else mode.from_tensor(a)
+                                     for a in example_inputs])
             outs = graphs[0](*args)
             if len(graphs) > 1:
                 outs = list(outs)
                 grads = [torch.ones_like(o) if isinstance(o, torch.Tensor) else o for o in outs[:n_out]]
                 graphs[1](*outs[n_out:], *grads)
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise NotGlobalView(f"DTensor cannot run the lowered graph: {type(e).__name__}: {first[:200]}") from e
+        raise NotGlobalView(f"DTensor cannot run the lowered graph: {_first_line(e)[:250]}") from e

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import fx
-from torch.distributed.tensor import DTensor, Replicate, Shard
-from torch.distributed.tensor.placement_types import Partial
+from torch.distributed.tensor import DTensor, Shard
 
+from .dtensor import has_partial, without_partial
 from .registry import translator
 
 
@@ -161,7 +161,6 @@ def rewrite(gm: fx.GraphModule) -> tuple[fx.GraphModule, Conversions]:
     conv = Conversions()
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     local: dict[fx.Node, tuple] = {}  # plain value -> (mesh, placements) of the DTensor it is a part of
-    mesh = None
 
     def value(n):
         return n.meta.get("example_value")
@@ -180,12 +179,11 @@ def rewrite(gm: fx.GraphModule) -> tuple[fx.GraphModule, Conversions]:
         if len(seen) > 1:
             raise NotGlobalView(f"input {ph.name} is wrapped with several placements")
         (m, placements), = seen
-        if any(isinstance(p, Partial) for p in placements):
+        if has_partial(placements):
             raise NotGlobalView(f"input {ph.name} is a Partial local part")
         local[ph] = (m, placements)
         conv.inputs[i] = (m, placements)
         conv.global_inputs[i] = value(wraps[0])
-        mesh = mesh or m
 
     for node in list(graph.nodes):
         kind = closure_kind(node)
@@ -193,7 +191,7 @@ def rewrite(gm: fx.GraphModule) -> tuple[fx.GraphModule, Conversions]:
         if kind == "to_local":
             src = value(node.args[0])
             placements = _normalize(src.placements, src.ndim)
-            if any(isinstance(p, Partial) for p in placements):
+            if has_partial(placements):
                 raise NotGlobalView(f"{node.name}: to_local of a Partial DTensor feeds local code")
             local[node] = (src.device_mesh, placements)
         elif kind == "from_local":
@@ -213,18 +211,16 @@ def rewrite(gm: fx.GraphModule) -> tuple[fx.GraphModule, Conversions]:
             if placements is None:
                 raise NotGlobalView(f"{node.name}: redistribute without placements")
             placements = _normalize(placements, src.ndim)
-            if any(isinstance(p, Partial) for p in placements):
+            if has_partial(placements):
                 raise NotGlobalView(f"{node.name}: redistribute to Partial")
             # The gradient goes back to the input's layout; DTensor makes Partial Replicate there.
-            back = tuple(Replicate() if isinstance(p, Partial) else p for p in _normalize(src.placements, src.ndim))
+            back = without_partial(_normalize(src.placements, src.ndim))
             with graph.inserting_before(node):
                 new = graph.call_function(torch.ops.nvfuser_dtensor.relayout.default,
                                           (node.args[0], _layout_key(mesh_r, placements),
                                            _layout_key(src.device_mesh, back)))
             new.meta.update(node.meta)
             node.replace_all_uses_with(new)
-            if node in local:
-                local[new] = local.pop(node)
             graph.erase_node(node)
         elif node.op in ("call_function", "call_method") and not isinstance(ev, DTensor):
             tensor_args = [a for a in node.all_input_nodes if isinstance(value(a), torch.Tensor)]
@@ -247,11 +243,6 @@ def rewrite(gm: fx.GraphModule) -> tuple[fx.GraphModule, Conversions]:
     for j, o in enumerate(outs):
         if isinstance(o, fx.Node) and o in local:
             conv.outputs[j] = local[o]
-    # Plain inputs used in local code without from_local cannot be placed.
-    for ph in placeholders:
-        if ph not in local and isinstance(value(ph), torch.Tensor) and not isinstance(value(ph), DTensor):
-            if any(u in local for u in ph.users):
-                raise NotGlobalView(f"plain input {ph.name} is combined with local parts")
 
     for node in list(graph.nodes):
         if closure_kind(node) in ("from_local", "to_local"):
