@@ -98,8 +98,18 @@ def placement_reason(desc: PlacementDesc, global_shape) -> str | None:
 
 @functools.lru_cache(maxsize=64)
 def device_mesh(mesh_shape: tuple[int, ...], devices: tuple[int, ...]):
-    """nvFuser DeviceMesh, built once per mesh (not per call)."""
-    ids = torch.tensor(devices, dtype=torch.int64).reshape(mesh_shape)
+    """nvFuser DeviceMesh, built once per mesh (not per call).
+
+    Note [Device mesh on the host]
+    nvFuser keeps the mesh's device ids in the at::Tensor it is given and reads them on the
+    host (``DeviceMesh::vector()`` dereferences ``data_ptr``; ``hasDeviceMesh()``, the
+    printer and the host-IR lowering of multi-segment fusions all call it). A mesh built
+    under ``torch.set_default_device("cuda")`` (as training scripts do) held a CUDA tensor,
+    and every such read dereferenced a device pointer on the host: the segfaults seen on the
+    H200 when printing an annotated TensorView and in ``fd.execute`` of segmented global-view
+    fusions (layer_norm, fused matmuls). The ids are therefore always a CPU tensor.
+    """
+    ids = torch.tensor(devices, dtype=torch.int64, device="cpu").reshape(mesh_shape)
     return nvfuser().multidevice.DeviceMesh(ids)
 
 

@@ -92,3 +92,30 @@ def test_placements_from_sharding():
     out = placements_from_sharding(FakeSharding({str(PT.mesh_x): 1}), 2)
     assert out == (Shard(1), Replicate())
     assert Partial not in map(type, out)
+
+
+_MESH_ON_HOST = """
+import torch
+from nvfuser_dtensor_backend._nvfuser import nvfuser
+from nvfuser_dtensor_backend.dtensor import PlacementDesc, schedule_input
+torch.set_default_device({device!r})
+with nvfuser().FusionDefinition() as fd:
+    t = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])
+    fd.add_output(fd.ops.relu(t))
+    schedule_input(t, PlacementDesc((2,), (0, 1), (("shard", 1),)))
+print(t)
+"""
+
+
+@pytest.mark.parametrize("device", ["meta", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_mesh_ids_stay_on_the_host_whatever_the_default_device(device):
+    """See Note [Device mesh on the host]: nvFuser reads the mesh's ids on the host, so a mesh
+    built under another default device crashed the process (meta: bus error; CUDA on the H200:
+    segfault). A subprocess, so that a crash fails this test instead of ending pytest."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _MESH_ON_HOST.format(device=device)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert "DeviceMesh{0 1}" in proc.stdout and "ideviceIdx.x" in proc.stdout, proc.stdout
