@@ -25,14 +25,24 @@ class NvFuserMissingError(ImportError):
 @functools.cache
 def nvfuser() -> ModuleType:
     """Return the ``nvfuser_direct`` module, importing it on first use."""
-    _point_communicator_at_launcher()
     try:
         import nvfuser_direct
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise NvFuserMissingError(f"{INSTALL_HINT}\n(import error: {e})") from e
-    if not torch.cuda.is_available():
-        atexit.register(_hide_launcher_env)
+    atexit.register(_hide_launcher_env)  # see Note [nvFuser communicator at exit]
     return nvfuser_direct
+
+
+_communicator_used = False
+
+
+def use_communicator() -> None:
+    """Called before a multidevice (global-view) execution on CUDA; see
+    Note [nvFuser communicator at exit] for why nothing else turns the communicator on."""
+    global _communicator_used
+    if not _communicator_used:
+        _communicator_used = True
+        _point_communicator_at_launcher()
 
 
 def _point_communicator_at_launcher() -> None:
@@ -51,15 +61,23 @@ def _point_communicator_at_launcher() -> None:
 
 
 # Note [nvFuser communicator at exit]
-# Under torchrun (RANK/WORLD_SIZE/... set) on a machine without a usable GPU, nvFuser's
-# communicator is torn down at interpreter exit, calls CUDA and aborts the process
-# ("CUDA driver version is insufficient", exit code 134) after all work is done. Hiding the
-# launcher's variables at exit (when nothing reads them any more) lets the process end
-# cleanly; the handler is registered after nvFuser's import, so it runs before nvFuser's.
+# nvFuser creates its communicator (a singleton) on first use, and its cleanup at exit also
+# asks for it. Under torchrun (RANK/WORLD_SIZE/... set) that cleanup then built a
+# communicator at exit: without a usable GPU it called CUDA and aborted ("CUDA driver version
+# is insufficient", exit code 134); on the H200 (wheel built for torch 2.10, torch 2.11) it
+# freed a ``c10d::ProcessGroupNCCL`` on a corrupted heap (SIGABRT, backtrace through
+# ``Communicator::cleanup`` -> ``~ProcessGroupNCCL``), even on the local path, which needs no
+# nvFuser communicator (not yet re-run on the H200 with this change: the device time was
+# spent). So NVFUSER_MASTER_ADDR is set only by :func:`use_communicator` (the
+# global view on CUDA), and unless that ran, the launcher's variables are hidden at exit, when
+# nothing reads them any more: the cleanup then finds no communicator to build. The handler
+# is registered after nvFuser's import, so it runs before nvFuser's.
 _LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
 
 def _hide_launcher_env() -> None:
+    if _communicator_used:
+        return
     for name in _LAUNCHER_ENV:
         os.environ.pop(name, None)
 

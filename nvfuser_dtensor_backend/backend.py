@@ -176,8 +176,8 @@ def _global_view_choice(opts: Options, example_inputs) -> str | None:
         return "options global_view=False"
     on_cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in example_inputs)
     if opts.global_view == "auto" and on_cuda:
-        return ("the global view is opt-in on CUDA (options={'global_view': True}): nvFuser 0.2.36 crashed "
-                "executing some global-view fusions on the H200")
+        return ("the global view is opt-in on CUDA (options={'global_view': True}): nvFuser 0.2.36's "
+                "multidevice execution corrupted the heap on the H200 (torch 2.11, wheel built for 2.10)")
     return None
 
 

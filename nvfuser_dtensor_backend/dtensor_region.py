@@ -20,7 +20,7 @@ from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 from torch.distributed.tensor.placement_types import Partial
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ._nvfuser import version as nvfuser_version
+from ._nvfuser import use_communicator, version as nvfuser_version
 from .dtensor import (
     PlacementDesc,
     has_partial,
@@ -79,16 +79,15 @@ class GlobalViewRegion(FusedRegion):
                 if desc is not None:
                     schedule_input(tv, desc)
             # The annotated inputs as nvFuser prints them (device axes show as ideviceIdx.x),
-            # for tests and dumps. NOTE: printing a TensorView that has a device mesh
-            # segfaults in the CUDA build of nvFuser 0.2.36 (H200), so only without CUDA.
-            if not torch.cuda.is_available():
-                self.scheduled_inputs = [str(tv) for tv in tvs]
+            # for tests and dumps (see Note [Device mesh on the host] for why this is safe).
+            self.scheduled_inputs = [str(tv) for tv in tvs]
 
         built = FUSION_CACHE.get_or_build(cache_key, lambda: self._build(descs, schedule))
         if not any(_local(a).is_cuda for a in args if isinstance(a, torch.Tensor)):
             _announce_evaluator()
             entry = _GatherEvaluateEntry(built, self._single, mesh, expected)
         else:
+            use_communicator()
             entry = _GlobalViewEntry(built, self._single, mesh, expected)
         return _ReducePartialsFirst(entry, partial) if partial else entry
 
@@ -189,25 +188,31 @@ class _DTensorEntry:
 class _GlobalViewEntry(_DTensorEntry):
     """``fd.execute`` on the local shards; outputs wrapped with nvFuser's output shardings."""
 
-    __slots__ = ("fd",)
+    __slots__ = ("fd", "placements")
 
     def __init__(self, built, single: bool, mesh, expected: list[tuple]):
         super().__init__(built, single, mesh, expected)
         self.fd = built.fd
+        self.placements = None  # of each fusion output, from nvFuser's shardings
 
     def __call__(self, args):
         outs = self.fd.execute([_local(a) if isinstance(a, torch.Tensor) else a for a in args])
-        # Read once per execution (a second read crashed on the H200, nvfuser-facts.md).
+        if self.placements is None:
+            self.placements = self._output_placements(len(outs))
+        return self._results(lambda i, expected: DTensor.from_local(outs[i], self.mesh, self.placements[i],
+                                                                     run_check=False))
+
+    def _output_placements(self, n: int) -> list[tuple]:
+        """Read nvFuser's output shardings once per definition (they follow from the input
+        annotations alone), as placements; later calls reuse them.
+
+        NOTE: ``get_output_shardings`` is read once and only through ``axis_sharded_on``
+        (reading it again, or its ``mesh``, crashed on the H200, nvfuser-facts.md).
+        """
         shardings = self.fd.fec.get_output_shardings()
-
-        def wrap(i, expected):
-            if shardings:
-                placements = placements_from_sharding(shardings[i], self.mesh.ndim)
-            else:
-                placements = (Replicate(),) * self.mesh.ndim
-            return DTensor.from_local(outs[i], self.mesh, placements, run_check=False)
-
-        return self._results(wrap)
+        if not shardings:
+            return [(Replicate(),) * self.mesh.ndim] * n
+        return [placements_from_sharding(s, self.mesh.ndim) for s in shardings]
 
 
 class _GatherEvaluateEntry(_DTensorEntry):

@@ -88,8 +88,9 @@ def _relayout_translator(ctx, x, key: int, back: int):
     """Identity in the fusion; the region's output is redistributed to the target layout.
 
     NOTE: annotating the result with the target layout (so that nvFuser redistributes
-    itself) segfaulted in the next op's definition with nvFuser 0.2.36 on the H200; the
-    annotation would have to be applied after the whole fusion is defined.
+    itself) segfaulted in the next op's definition on the H200; that was the mesh built on
+    CUDA (see Note [Device mesh on the host] in dtensor.py), fixed since, but annotated
+    intermediates have not been tried again.
     """
     return ctx.ops.set(x)
 
