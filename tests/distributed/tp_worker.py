@@ -26,6 +26,7 @@ from torch.distributed.tensor.parallel import parallelize_module
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import nvfuser_dtensor_backend as nb  # noqa: E402
+from nvfuser_dtensor_backend.dtensor import without_partial  # noqa: E402
 from nvfuser_dtensor_backend.dtensor_ops import register_strategies  # noqa: E402
 from models import MLP, TPAttention, TPBlock, sp_block_plan, tp_attention_plan, tp_mlp_plan  # noqa: E402
 
@@ -130,10 +131,20 @@ def run_function_case(mesh):
     for o, r in zip(out, ref):
         assert o.placements == r.placements, (o.placements, r.placements)
         _close(o, r, "output")
+    path = _path()
     for p, g in zip(params, ref_grads):
-        assert p.grad.placements == g.placements, (p.grad.placements, g.placements)
+        placements = p.grad.placements
+        if path.startswith("local"):
+            # AOTAutograd's DTensor desugaring (the local path, as torch.compile with any
+            # backend) and eager DTensor disagree on which weight gradient stays Partial(sum)
+            # and which is reduced to Replicate (seen both ways on the H200); the values are
+            # the same (full_tensor reduces a Partial).
+            placements, want = without_partial(placements), without_partial(g.placements)
+        else:
+            want = g.placements
+        assert placements == want, (p.grad.placements, g.placements)
         _close(p.grad, g, "gradient")
-    return _path()
+    return path
 
 
 def _path() -> str:
