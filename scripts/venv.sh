@@ -27,6 +27,13 @@ find_python() {
     return 1
 }
 
+# Two concurrent runs would install into one venv at once and leave broken files (torch then
+# dies with a bus error on import): the second waits for the first.
+if command -v flock > /dev/null; then
+    exec 9> ".venv.lock"
+    flock 9
+fi
+
 if [ ! -x "$VENV/bin/python" ]; then
     if ! PY=$(find_python); then
         echo "scripts/venv.sh: Python 3.12 not found (looked for python3.12 on PATH and ~/.pyenv/versions/3.12*/bin/python)." >&2
