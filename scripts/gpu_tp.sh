@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Tensor-parallel runs on the GPU machine (after `source .device/setup.sh` and an install, e.g.
 # by scripts/gpu_check.sh, whose pytest run covers the TP test worker), one rank per visible
-# GPU: every TP worker case in the global view (with a native backtrace from cuda-gdb for a
-# case that crashes), the example and the TP benchmarks.
+# GPU: every TP worker case on its own, with the backend's default options (WORKER_GLOBAL_VIEW=1
+# for the global view), with a native backtrace from cuda-gdb for a case that fails, then the
+# example and the TP benchmarks.
 #   bash scripts/gpu_tp.sh            # logs and results under $OUT (or /tmp/gpu-tp)
 #   TP_BENCH=0 bash scripts/gpu_tp.sh # without the benchmarks (TP_CASES=0: without the per-case runs)
 set -uo pipefail

@@ -71,9 +71,10 @@ def test_every_case_passes_on_the_visible_gpus():
     _check_all_passed(n, _torchrun(n, "cuda"), {case: "local" for case in EXPECTED})
 
 
-# On the H200 (nvFuser 0.2.36 built for torch 2.10, run on torch 2.11) every global-view case
-# with a device mesh computed the right values, but glibc aborted the process on a corrupted
-# heap: at exit (tp_mlp, dtensor_function) or inside fd.execute (sp_block); the fused-matmul
+# On the H200 (nvFuser 0.2.36 built for torch 2.10, run on torch 2.11) the global-view cases
+# tp_mlp, tp_attention and dtensor_function computed the right values, but glibc aborted the
+# process on a corrupted heap at exit (tp_mlp, dtensor_function), and sp_block died that way
+# inside fd.execute; the fused-matmul
 # backward also hit nvFuser's INTERNAL ASSERT in dynamic_transform.cpp:1556 (a clean fallback).
 # Hence options.global_view is opt-in on CUDA.
 @pytest.mark.gpu
