@@ -215,6 +215,8 @@ def main(argv=None) -> int:
         if problem:
             failures += 1
             print(f"seed {seed}: {problem}\n{make_program(seed).describe()}", flush=True)
+        if (seed - seeds[0] + 1) % 50 == 0:  # progress that survives a timeout
+            print(f"... up to seed {seed}: {failures} failing", flush=True)
     print(f"{len(seeds) - failures}/{len(seeds)} seeds match eager")
     nb.clear_reports()
     return 1 if failures else 0
