@@ -32,6 +32,7 @@ from .dtensor import (
 from .evaluator import Evaluator
 from .fusion import describe
 from .region import FUSION_CACHE, FusedRegion, RegionDeclined, _announce_evaluator, _first_line
+from .tp_conversions import layout
 
 def _fast_key(a):
     if isinstance(a, DTensor):
@@ -55,7 +56,11 @@ class GlobalViewRegion(FusedRegion):
         mesh = next(a.device_mesh for a in args if isinstance(a, DTensor))
         # nvFuser takes no Partial input: those are reduced first (PyTorch's all-reduce).
         partial = [i for i, a in enumerate(args) if isinstance(a, DTensor) and has_partial(a.placements)]
-        args = _reduce_partials(list(args), partial)
+        # Expanded (stride-0) inputs are materialized: with static sizes (Note [Input
+        # descriptors]) nvFuser takes their dims as broadcasts, which its matmuls reject.
+        expanded = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
+                    and any(st == 0 and n > 1 for st, n in zip(a.stride(), a.shape))]
+        args = _prepare_inputs(list(args), partial, expanded)
         placements = []
         for a in args:
             if isinstance(a, DTensor):
@@ -71,16 +76,22 @@ class GlobalViewRegion(FusedRegion):
             else:
                 placements.append(None)
         expected = _expected_placements(self.region, given, mesh)  # from the inputs as given
-        descs = tuple(describe(a) for a in args)  # global shapes and strides
+        descs = tuple(describe(a, static=True) for a in args)  # global sizes and strides
         cache_key = (self._code_key, descs, tuple(placements), nvfuser_version())
 
-        def schedule(tvs):
+        def schedule(tvs, layouts):
             for tv, desc in zip(tvs, placements):
                 if desc is not None:
                     schedule_input(tv, desc)
-            # The annotated inputs as nvFuser prints them (device axes show as ideviceIdx.x),
-            # for tests and dumps (see Note [Device mesh on the host] for why this is safe).
+            # The annotated inputs and relayouts as nvFuser prints them (device axes show as
+            # ideviceIdx.x), for tests and dumps (Note [Device mesh on the host]: safe).
             self.scheduled_inputs = [str(tv) for tv in tvs]
+            self.scheduled_relayouts = []
+            for tv, key, shape in layouts:
+                target = _relayout_target(key, shape, mesh)
+                if target is not None:
+                    schedule_input(tv, target)
+                    self.scheduled_relayouts.append(str(tv))
 
         built = FUSION_CACHE.get_or_build(cache_key, lambda: self._build(descs, schedule))
         if not any(_local(a).is_cuda for a in args if isinstance(a, torch.Tensor)):
@@ -88,8 +99,8 @@ class GlobalViewRegion(FusedRegion):
             entry = _GatherEvaluateEntry(built, self._single, mesh, expected)
         else:
             use_communicator()
-            entry = _GlobalViewEntry(built, self._single, mesh, expected)
-        return _ReducePartialsFirst(entry, partial) if partial else entry
+            entry = _GlobalViewEntry(built, self._single, mesh, expected, _contiguous_outputs(self.region, built))
+        return _PrepareInputsFirst(entry, partial, expanded) if partial or expanded else entry
 
 
 class _NotGlobal(RegionDeclined):
@@ -99,22 +110,47 @@ class _NotGlobal(RegionDeclined):
         super().__init__(f"the global view cannot take it ({reason}); running it with DTensor")
 
 
-def _reduce_partials(args: list, index: list[int]) -> list:
-    for i in index:
+def _contiguous_outputs(region, built) -> frozenset[int]:
+    """Fusion outputs that aten makes contiguous: nvFuser may lay a sharded output out
+    otherwise (a reduce-scatter output with its scattered dim outermost: strides (32, 64, 1)
+    for [2, 8, 32]), and a view of it outside the region would then fail."""
+    out = next(n for n in region.graph.nodes if n.op == "output").args[0]
+    out = out if isinstance(out, (tuple, list)) else (out,)
+    return frozenset(i for o, i in zip(out, built.output_index)
+                     if isinstance(o.meta.get("val"), torch.Tensor) and o.meta["val"].is_contiguous())
+
+
+def _relayout_target(key: int, shape, mesh) -> PlacementDesc | None:
+    """The annotation of a relayout in a fusion on ``mesh``, or None where nvFuser cannot take
+    the target layout (then the copy stays unannotated and the region's output is
+    redistributed by PyTorch, as for any output whose placement differs from eager's)."""
+    target_mesh, target = layout(key)
+    if target_mesh != mesh:
+        return None
+    desc = PlacementDesc.from_mesh(target_mesh, target, len(shape))
+    return None if placement_reason(desc, shape) else desc
+
+
+def _prepare_inputs(args: list, partial: list[int], expanded: list[int]) -> list:
+    """Partial inputs all-reduced, expanded ones materialized (see _make_entry)."""
+    for i in partial:
         a = args[i]
         args[i] = a.redistribute(a.device_mesh, without_partial(a.placements))
+    for i in expanded:
+        args[i] = args[i].contiguous()
     return args
 
 
-class _ReducePartialsFirst:
-    __slots__ = ("inner", "index")
+class _PrepareInputsFirst:
+    __slots__ = ("inner", "partial", "expanded")
 
-    def __init__(self, inner, index: list[int]):
+    def __init__(self, inner, partial: list[int], expanded: list[int]):
         self.inner = inner
-        self.index = index
+        self.partial = partial
+        self.expanded = expanded
 
     def __call__(self, args):
-        return self.inner(_reduce_partials(args, self.index))
+        return self.inner(_prepare_inputs(args, self.partial, self.expanded))
 
 
 def _local(a: torch.Tensor) -> torch.Tensor:
@@ -188,15 +224,19 @@ class _DTensorEntry:
 class _GlobalViewEntry(_DTensorEntry):
     """``fd.execute`` on the local shards; outputs wrapped with nvFuser's output shardings."""
 
-    __slots__ = ("fd", "placements")
+    __slots__ = ("fd", "placements", "contiguous")
 
-    def __init__(self, built, single: bool, mesh, expected: list[tuple]):
+    def __init__(self, built, single: bool, mesh, expected: list[tuple], contiguous: frozenset[int]):
         super().__init__(built, single, mesh, expected)
         self.fd = built.fd
         self.placements = None  # of each fusion output, from nvFuser's shardings
+        self.contiguous = contiguous  # fusion outputs to return contiguous (_contiguous_outputs)
 
     def __call__(self, args):
         outs = self.fd.execute([_local(a) if isinstance(a, torch.Tensor) else a for a in args])
+        for i in self.contiguous:
+            if not outs[i].is_contiguous():
+                outs[i] = outs[i].contiguous()
         if self.placements is None:
             self.placements = self._output_placements(len(outs))
         return self._results(lambda i, expected: DTensor.from_local(outs[i], self.mesh, self.placements[i],

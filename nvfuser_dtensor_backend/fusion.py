@@ -39,6 +39,11 @@ class TranslationError(RuntimeError):
 # A tensor input is described by (dtype, size-1 mask, contiguity, stride order, is_cpu);
 # sizes other than 1 stay symbolic, so one definition serves every size of that class.
 # A scalar input is described by its Python type.
+# The DTensor global view defines static sizes instead (``sizes``): its reshapes then have
+# static iter domains, which nvFuser's sharding propagation and concretization need (on
+# symbolic reshapes of annotated tensors nvFuser 0.2.36 hit INTERNAL ASSERTs at
+# multidevice/propagation.cpp:312 and dynamic_transform.cpp:1556 on the H200). Its graphs
+# are compiled per shape anyway (symbolic shapes take the local path).
 
 
 @dataclass(frozen=True)
@@ -48,9 +53,10 @@ class TensorDesc:
     contiguity: tuple
     stride_order: tuple
     is_cpu_scalar: bool
+    sizes: tuple[int, ...] | None = None  # static sizes (the global view), else symbolic
 
     @staticmethod
-    def of(t: torch.Tensor) -> "TensorDesc":
+    def of(t: torch.Tensor, static: bool = False) -> "TensorDesc":
         contiguity, stride_order = nvfuser().compute_tensor_descriptor(t.shape, t.stride())
         return TensorDesc(
             t.dtype,
@@ -58,10 +64,11 @@ class TensorDesc:
             tuple(contiguity),
             tuple(stride_order),
             t.device.type == "cpu" and t.dim() == 0,
+            tuple(int(s) for s in t.shape) if static else None,
         )
 
     def define(self, fd):
-        shape = [1 if one else -1 for one in self.size1]
+        shape = list(self.sizes) if self.sizes is not None else [1 if one else -1 for one in self.size1]
         kwargs = dict(shape=shape, contiguity=list(self.contiguity), dtype=to_nv_dtype(self.dtype))
         if self.is_cpu_scalar:
             kwargs["is_cpu"] = True
@@ -80,9 +87,10 @@ class ScalarDesc:
         return fd.define_scalar(None, dtype=dtype)
 
 
-def describe(value) -> TensorDesc | ScalarDesc:
+def describe(value, static: bool = False) -> TensorDesc | ScalarDesc:
+    """The descriptor of a fusion input; ``static``: with its sizes (Note [Input descriptors])."""
     if isinstance(value, torch.Tensor):
-        return TensorDesc.of(value)
+        return TensorDesc.of(value, static)
     if isinstance(value, (bool, torch.SymBool)):
         return ScalarDesc(bool)
     if isinstance(value, (int, torch.SymInt)):
@@ -143,12 +151,15 @@ def _fix_dtype(ctx: TranslationContext, value, expected):
 def build_fusion(region: fx.GraphModule, descs: list, schedule: Callable | None = None) -> BuiltFusion:
     """Translate ``region`` into a new FusionDefinition for inputs described by ``descs``.
 
-    ``schedule(input_tvs)``, if given, annotates the inputs once the fusion is defined (the
-    multidevice schedule of the DTensor global view, dtensor.py).
+    ``schedule(input_tvs, layouts)``, if given, annotates the inputs and the relayouts
+    (``TranslationContext.layouts``) once the fusion is defined (the multidevice schedule of
+    the DTensor global view, dtensor.py); such a fusion is a multidevice one
+    (``TranslationContext.multidevice``).
     """
     nvf = nvfuser()
     constants: dict[str, float] = {}
     env: dict[fx.Node, Any] = {}
+    layouts: list = []
     with nvf.FusionDefinition() as fd:
         ops = RecordingOps(fd.ops, constants)
         placeholders = [n for n in region.graph.nodes if n.op == "placeholder"]
@@ -161,7 +172,7 @@ def build_fusion(region: fx.GraphModule, descs: list, schedule: Callable | None 
                     raise UnsupportedNodeError(entry.reason)
                 args = fx.node.map_arg(node.args, env.__getitem__)
                 kwargs = fx.node.map_arg(node.kwargs, env.__getitem__)
-                ctx = TranslationContext(fd, node, ops)
+                ctx = TranslationContext(fd, node, ops, layouts, multidevice=schedule is not None)
                 try:
                     out = entry.fn(ctx, *args, **kwargs)
                     if node.target is not operator.getitem:
@@ -185,5 +196,5 @@ def build_fusion(region: fx.GraphModule, descs: list, schedule: Callable | None 
                         fd.add_output(value)
                     index.append(seen[key])
         if schedule is not None:
-            schedule([env[n] for n in placeholders])
+            schedule([env[n] for n in placeholders], layouts)
     return BuiltFusion(fd=fd, constants=constants, output_index=index)

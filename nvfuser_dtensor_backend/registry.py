@@ -159,14 +159,22 @@ def lookup(node: fx.Node, fuse_matmul: bool = True) -> Translator | Unsupported:
 
 
 class TranslationContext:
-    """What a translator sees besides its arguments: the fusion and the fx node."""
+    """What a translator sees besides its arguments: the fusion and the fx node.
 
-    __slots__ = ("fd", "node", "ops")
+    ``layouts`` collects (TensorView, layout key) pairs for values whose layout the program
+    sets (a DTensor redistribute, tp_conversions.py); the global view annotates them once
+    the fusion is defined, so that nvFuser moves the data itself. ``multidevice``: the fusion
+    is a global-view one (see Note [One-axis reductions] in translators/reduction.py).
+    """
 
-    def __init__(self, fd, node: fx.Node, ops):
+    __slots__ = ("fd", "node", "ops", "layouts", "multidevice")
+
+    def __init__(self, fd, node: fx.Node, ops, layouts: list | None = None, multidevice: bool = False):
         self.fd = fd
         self.node = node
         self.ops = ops
+        self.layouts = [] if layouts is None else layouts
+        self.multidevice = multidevice
 
     @property
     def val(self):

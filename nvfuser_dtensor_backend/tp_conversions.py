@@ -6,9 +6,11 @@ Note [Tensor-parallel conversions]
 ``prim_redistribute`` and ``prim_to_local``. In the global view:
 - ``redistribute`` changes the layout, not the value. It stays, as the op
   ``nvfuser_dtensor::relayout`` (identity while tracing with plain global tensors, with a
-  relayout back as its gradient), and runs as ``DTensor.redistribute`` on the real DTensors:
-  the ops left to DTensor dispatch (matmuls, views) then see the layouts the program chose,
-  which some of them need (a view cannot flatten a sharded dim).
+  relayout back as its gradient). Outside fusions it runs as ``DTensor.redistribute`` on
+  the real DTensors: the ops left to DTensor dispatch (matmuls, views) then see the layouts
+  the program chose, which some of them need (a view cannot flatten a sharded dim). Inside
+  a fusion it is a copy annotated with the target layout, and nvFuser inserts the
+  communication.
 - ``from_local(x, P)`` of a graph input says "x is the local part of a DTensor with
   placements P": the input is wrapped with ``DTensor.from_local`` when the compiled graph is
   called (no communication), and the node is dropped.
@@ -83,16 +85,23 @@ def run_relayout(x, key: int, back: int):
     return x
 
 
+def layout(key: int) -> tuple:
+    """(mesh, placements) of a relayout's layout key."""
+    return _LAYOUTS[key]
+
+
 @translator(run_relayout, compute=False)
 def _relayout_translator(ctx, x, key: int, back: int):
-    """Identity in the fusion; the region's output is redistributed to the target layout.
+    """A change of annotation, not of value: a copy whose layout is the target's.
 
-    NOTE: annotating the result with the target layout (so that nvFuser redistributes
-    itself) segfaulted in the next op's definition on the H200; that was the mesh built on
-    CUDA (see Note [Device mesh on the host] in dtensor.py), fixed since, but annotated
-    intermediates have not been tried again.
+    The global view annotates the copy with the target mesh and shardings once the fusion is
+    defined (``ctx.layouts``, see dtensor_region.py), so nvFuser itself moves the data: an
+    all-reduce for Partial -> Replicate after a row-parallel matmul, a reduce-scatter for
+    Partial -> Shard(seq) in sequence parallelism, an all-gather for Shard -> Replicate.
     """
-    return ctx.ops.set(x)
+    y = ctx.ops.set(x)
+    ctx.layouts.append((y, key, tuple(ctx.val.shape)))
+    return y
 
 
 def use_run_relayout(graph: fx.Graph) -> None:

@@ -40,13 +40,35 @@ def numel(ctx, x, dims):
     return 1 if n is None else n
 
 
+# Note [One-axis reductions]
+# nvFuser 0.2.36 lowers a reduction over a device-sharded axis to a local reduction plus an
+# all-reduce only when the sharded axis is the one axis reduced by its op (preseg pass
+# decompose_reshardings: rFactorLoopSplits keeps the other logical reduction axes in the
+# communication's op, isLowerableToCommunication then refuses it). A sum over (batch,
+# sequence) of a sequence-parallel tensor (LayerNorm's weight gradient) then hit an
+# INTERNAL ASSERT at post_communication.cpp:74 on the H200. In multidevice fusions
+# (``ctx.multidevice``) sums, maxima and minima therefore reduce one axis at a time.
+def _one_axis_at_a_time(ctx, reduce, x, dims):
+    """``reduce(x, dims)``; in a multidevice fusion one dim after the other, the highest first
+    (without keepdim the lower dims then keep their index)."""
+    if not ctx.multidevice or len(dims) < 2:
+        return reduce(x, dims)
+    for d in sorted(dims, reverse=True):
+        x = reduce(x, [d])
+    return x
+
+
 def sum_of(ctx, x, dims, keepdim=False, dtype=None):
     """nvFuser sum in ``dtype`` (default: x's dtype); a cast alone for a 0-d tensor."""
     dtype = dtype or torch_dtype(x)
     x = cast(ctx, x, dtype)
     if not dims:
         return x
-    return ctx.ops.sum(x, dims=dims, keepdim=keepdim, dtype=to_nv_dtype(dtype))
+    # One axis at a time: the partial sums stay in fp32 (one rounding to a half type, as aten).
+    acc = compute_dtype(dtype) if ctx.multidevice and len(dims) > 1 else dtype
+    total = _one_axis_at_a_time(
+        ctx, lambda t, ds: ctx.ops.sum(t, dims=ds, keepdim=keepdim, dtype=to_nv_dtype(acc)), x, dims)
+    return cast(ctx, total, dtype)
 
 
 # NOTE: on the H200 (nvFuser 0.2.36) a max/min reduction of a bf16/fp16 tensor fails to
@@ -58,11 +80,15 @@ def _own_copy(ctx, x):
 
 
 def max_of(ctx, x, dims, keepdim=False):
-    return ctx.ops.max(_own_copy(ctx, x), dims=dims, keepdim=keepdim) if dims else x
+    if not dims:
+        return x
+    return _one_axis_at_a_time(ctx, lambda t, ds: ctx.ops.max(t, dims=ds, keepdim=keepdim), _own_copy(ctx, x), dims)
 
 
 def min_of(ctx, x, dims, keepdim=False):
-    return ctx.ops.min(_own_copy(ctx, x), dims=dims, keepdim=keepdim) if dims else x
+    if not dims:
+        return x
+    return _one_axis_at_a_time(ctx, lambda t, ds: ctx.ops.min(t, dims=ds, keepdim=keepdim), _own_copy(ctx, x), dims)
 
 
 # --- checks ----------------------------------------------------------------------------

@@ -31,9 +31,10 @@ def _regions():
 
 
 def _device_axis(text: str) -> int:
-    """Index of the logical axis that carries ideviceIdx in nvFuser's print of a TensorView."""
+    """Index of the logical axis that carries deviceIdx in nvFuser's print of a TensorView
+    (``ideviceIdx.x``; ``?deviceIdx.x`` after a reshape, whose iter types are resolved later)."""
     axes = text[text.index("[") + 1:text.rindex("]")].split(",")
-    hits = [i for i, a in enumerate(axes) if "ideviceIdx" in a]
+    hits = [i for i, a in enumerate(axes) if "deviceIdx" in a]
     return hits[0] if hits else -1
 
 
@@ -139,3 +140,45 @@ def test_dry_run_finds_ops_dtensor_cannot_run(mesh):
     bad = fx.symbolic_trace(lambda x: torch.ops.nvfuser_dtensor_test.twice.default(x))
     with pytest.raises(NotGlobalView, match="DTensor cannot run the lowered graph"):
         _dry_run([bad], [x], Conversions(), 1)
+
+
+def test_tp_mlp_is_one_fusion_whose_relayouts_are_annotations(mesh):
+    """Column-parallel linear -> gelu -> row-parallel linear with fuse_matmul: one fusion
+    forward and one backward, each redistribute a copy annotated with its target layout
+    (nvFuser then all-reduces the row-parallel output itself)."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from models import MLP, tp_mlp_plan
+
+    model = parallelize_module(MLP(32, 128, approximate="none"), mesh, tp_mlp_plan())
+    compiled = torch.compile(model, backend="nvfuser_dtensor", options={"fuse_matmul": True})
+    out = compiled(torch.randn(2, 8, 32))
+    out.sum().backward()
+    assert out.shape == (2, 8, 32) and model.fc1.weight.grad.placements == (Shard(0),)
+    forward, backward = (next(r for r in nb.reports() if r.kind == f"{k}, global view")
+                         for k in ("forward", "backward"))
+    (region,) = forward.regions
+    assert {"addmm", "gelu"} <= {getattr(n.target, "__name__", "").split(".")[0]
+                                 for n in region.region.graph.nodes}, region.ops
+    colwise, rowwise = region.scheduled_relayouts
+    assert _device_axis(colwise) == 2, colwise  # Shard(-1) of the [2, 8, 128] hidden activation
+    assert _device_axis(rowwise) == -1 and "DeviceMesh" in rowwise, rowwise  # Partial -> Replicate
+    (region,) = backward.regions
+    assert sorted(_device_axis(t) for t in region.scheduled_relayouts) == [-1, 2], region.scheduled_relayouts
+
+
+def test_sequence_parallel_output_is_a_reduce_scatter_annotation(mesh):
+    """RowwiseParallel(output_layouts=Shard(1)): the attention output projection's relayout
+    is annotated Shard(1) on the sequence axis, so nvFuser reduce-scatters it."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from models import TPBlock, sp_block_plan
+
+    model = parallelize_module(TPBlock(32, 4), mesh, sp_block_plan())
+    compiled = torch.compile(model, backend="nvfuser_dtensor", options={"fuse_matmul": True})
+    with torch.no_grad():
+        out = compiled(torch.randn(2, 8, 32))
+    assert out.shape == (2, 8, 32)
+    relayouts = [t for r in nb.reports() if "global view" in r.kind
+                 for region in r.regions for t in getattr(region, "scheduled_relayouts", [])]
+    assert any(_device_axis(t) == 1 for t in relayouts), relayouts

@@ -146,3 +146,22 @@ def test_extents_are_symbolic(op):
     outs = [outs[i] for i in built.output_index]
     expected = ref(y)
     assert_close(tuple(outs) if isinstance(expected, tuple) else outs[0], expected)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_multidevice_fusions_reduce_one_axis_at_a_time(dtype, keepdim):
+    """Note [One-axis reductions]: in a multidevice (global-view) fusion, a sum/amax over
+    several dims is a chain of one-dim reductions (nvFuser lowers a sharded axis to an
+    all-reduce only alone); values match aten, half-type sums round once."""
+    fn = lambda a: (a.sum([0, 2], keepdim=keepdim), a.amax([0, 1], keepdim=keepdim))  # noqa: E731
+    x = randn(6, 5, 8, dtype=dtype)
+    gm = make_fx(fn)(x)
+    single = build_fusion(gm, [TensorDesc.of(x)])
+    multi = build_fusion(gm, [TensorDesc.of(x, static=True)], schedule=lambda inputs, layouts: None)
+    count = lambda fd: sum(repr(fd).count(f"fd.ops.{op}(") for op in ("sum", "max"))  # noqa: E731
+    assert count(single.fd) == 2 and count(multi.fd) == 4, repr(multi.fd)
+    for built in (single, multi):
+        outs = Evaluator(built.fd, built.constants)([x])
+        outs = tuple(outs[i] for i in built.output_index)
+        assert_close(outs, fn(x), dtype)
