@@ -99,6 +99,9 @@ def summary(rows: list[dict], env: dict) -> str:
         lines.append(_geomean_row("model cases (matmuls and attention run in PyTorch)", models))
     lines += [_geomean_row("all runs", nvf),
               f"| geometric-mean speedup over eager, all runs | {_fmt(gm_eager, '.2f')}x | - | - |"]
+    for variant in sorted({r["backend"] for r in rows if r.get("backend", "").startswith(NVF + ":")}):
+        lines.append(_geomean_row(f"all runs of {variant}",
+                                  [r for r in rows if r.get("backend") == variant and "error" not in r]))
     for r in nvf:
         if r.get("bandwidth_fraction") is not None and r["size"] == "large":
             ok = r["bandwidth_fraction"] >= GOAL_BANDWIDTH

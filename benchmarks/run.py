@@ -64,11 +64,13 @@ def environment(device: str, mesh) -> dict:
 
 
 def _compile(fn, backend: str):
-    """``backend`` is eager, inductor, nvfuser_dtensor, or nvfuser_dtensor:<bool option>."""
+    """``backend`` is eager, inductor, nvfuser_dtensor, or nvfuser_dtensor:<bool option>[+<option>...]
+    (e.g. ``nvfuser_dtensor:global_view+fuse_matmul``)."""
     if backend == "eager":
         return fn
-    name, _, flag = backend.partition(":")
-    return torch.compile(fn, backend=name, options={flag: True} if flag else None, dynamic=False)
+    name, _, flags = backend.partition(":")
+    options = {flag: True for flag in flags.split("+") if flag} or None
+    return torch.compile(fn, backend=name, options=options, dynamic=False)
 
 
 def _row(case, size, dtype, mode, backend) -> dict:

@@ -82,6 +82,35 @@ def _hide_launcher_env() -> None:
         os.environ.pop(name, None)
 
 
+@functools.cache
+def wheel_torch() -> str | None:
+    """The torch version ("2.10") the installed nvFuser wheel was built for, from its
+    distribution name (``nvfuser-cu130-torch210``); None for a source build."""
+    import importlib.metadata
+    import re
+
+    for dist in importlib.metadata.distributions():
+        match = re.fullmatch(r"nvfuser[-_]cu\d+[-_]torch(\d)(\d+)", (dist.metadata["Name"] or "").lower())
+        if match:
+            return f"{match[1]}.{match[2]}"
+    return None
+
+
+def multidevice_abi_reason() -> str | None:
+    """Why nvFuser's multidevice runtime cannot be trusted with this torch, or None.
+
+    nvFuser's communicator allocates c10d objects with the layout of the torch it was built
+    against; torch 2.11 grew ``c10d::Backend::Options``, and a wheel built for 2.10 then
+    corrupts the heap (Note [nvFuser wheel on a newer torch] in scripts/gpu_nvfuser_abi_fix.py).
+    """
+    built = wheel_torch()
+    running = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    if built is not None and built != running:
+        return (f"the nvFuser wheel is built for torch {built}, this is torch {running}: its multidevice "
+                f"runtime allocates c10d objects with torch {built}'s layout (heap corruption on the H200)")
+    return None
+
+
 def available() -> bool:
     try:
         nvfuser()

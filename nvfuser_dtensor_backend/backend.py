@@ -25,6 +25,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ._nvfuser import nvfuser
 from .decompositions import decomposition_table
+from ._nvfuser import multidevice_abi_reason
 from .global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
 from .options import Options
 from .partition import PartitionReport, partition
@@ -175,9 +176,9 @@ def _global_view_choice(opts: Options, example_inputs) -> str | None:
     if opts.global_view is False:
         return "options global_view=False"
     on_cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in example_inputs)
-    if opts.global_view == "auto" and on_cuda:
-        return ("the global view is opt-in on CUDA (options={'global_view': True}): nvFuser 0.2.36's "
-                "multidevice execution corrupted the heap on the H200 (torch 2.11, wheel built for 2.10)")
+    abi = multidevice_abi_reason() if opts.global_view == "auto" and on_cuda else None
+    if abi:
+        return f"{abi}; options={{'global_view': True}} forces the global view"
     return None
 
 

@@ -31,10 +31,10 @@ class Options:
         global_view: how graphs with DTensor inputs are compiled: ``True`` in the global view
             (fusions with global shapes and multidevice annotations, global_view.py),
             ``False`` on the local path (AOTAutograd's per-rank desugaring), ``"auto"``
-            (default): the global view on CPU, the local path on CUDA. On the H200, nvFuser
-            0.2.36 (a wheel built for torch 2.10, run on torch 2.11) corrupted the heap in its
-            multidevice execution (glibc aborts at exit or inside ``execute``), so on CUDA the
-            global view is opt-in until that is fixed.
+            (default): the global view, except on CUDA with an nvFuser wheel built for another
+            torch than the running one (its multidevice runtime allocates c10d objects with
+            that torch's layout: nvfuser-cu130-torch210 on torch 2.11 corrupted the heap on
+            the H200); the log line says so.
     """
 
     fallback: str = "eager"

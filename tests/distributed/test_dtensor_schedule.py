@@ -119,3 +119,20 @@ def test_mesh_ids_stay_on_the_host_whatever_the_default_device(device):
                           text=True, timeout=120)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert "DeviceMesh{0 1}" in proc.stdout and "ideviceIdx.x" in proc.stdout, proc.stdout
+
+
+def test_multidevice_abi_reason_compares_the_wheels_torch_with_the_running_one(monkeypatch):
+    """options.global_view="auto" keeps CUDA DTensor graphs on the local path only when the
+    nvFuser wheel is built for another torch (Note [nvFuser wheel on a newer torch])."""
+    from nvfuser_dtensor_backend import _nvfuser
+
+    assert _nvfuser.wheel_torch() == ".".join(torch.__version__.split(".")[:2])  # this venv's wheel
+    monkeypatch.setattr(_nvfuser, "wheel_torch", lambda: "2.10")
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    reason = _nvfuser.multidevice_abi_reason()
+    assert reason and "built for torch 2.10, this is torch 2.11" in reason
+    monkeypatch.setattr(torch, "__version__", "2.10.1+cu128")
+    assert _nvfuser.multidevice_abi_reason() is None
+    monkeypatch.setattr(_nvfuser, "wheel_torch", lambda: None)  # a source build
+    monkeypatch.setattr(torch, "__version__", "2.11.0")
+    assert _nvfuser.multidevice_abi_reason() is None

@@ -64,25 +64,30 @@ def test_local_path_says_why(launch):
 
 @pytest.mark.gpu
 def test_every_case_passes_on_the_visible_gpus():
-    """One rank per visible GPU with NCCL; by default DTensor graphs take the local path on CUDA."""
+    """One rank per visible GPU with NCCL, default options: the global view unless the nvFuser
+    wheel is built for another torch (options.global_view="auto"), then the local path."""
     import torch
+
+    from nvfuser_dtensor_backend._nvfuser import multidevice_abi_reason
 
     n = torch.cuda.device_count()
-    _check_all_passed(n, _torchrun(n, "cuda"), {case: "local" for case in EXPECTED})
+    expected = {case: "local" for case in EXPECTED} if multidevice_abi_reason() else EXPECTED
+    _check_all_passed(n, _torchrun(n, "cuda"), expected)
 
 
-# On the H200 (nvFuser 0.2.36 built for torch 2.10, run on torch 2.11) the global-view cases
-# tp_mlp, tp_attention and dtensor_function computed the right values, but glibc aborted the
-# process on a corrupted heap at exit (tp_mlp, dtensor_function), and sp_block died that way
-# inside fd.execute; the fused-matmul
-# backward also hit nvFuser's INTERNAL ASSERT in dynamic_transform.cpp:1556 (a clean fallback).
-# Hence options.global_view is opt-in on CUDA.
 @pytest.mark.gpu
-@pytest.mark.xfail(reason="nvFuser 0.2.36 multidevice execution corrupts the heap on the H200", strict=False)
 def test_global_view_opt_in_on_the_visible_gpus():
-    """options={"global_view": True}: real nvFuser execution with the multidevice annotations."""
+    """options={"global_view": True}: real nvFuser execution with the multidevice annotations,
+    nvFuser's own communication, every case in the global view, clean exit. With a wheel built
+    for another torch only after scripts/gpu_nvfuser_abi_fix.py (which gpu_check.sh runs and
+    records in NVFUSER_ABI_FIXED): unfixed, that wheel corrupts the heap."""
     import torch
 
+    from nvfuser_dtensor_backend._nvfuser import multidevice_abi_reason
+
+    reason = multidevice_abi_reason()
+    if reason and os.environ.get("NVFUSER_ABI_FIXED") != "1":
+        pytest.skip(f"{reason}; run scripts/gpu_nvfuser_abi_fix.py and set NVFUSER_ABI_FIXED=1")
     n = torch.cuda.device_count()
     proc = _torchrun(n, "cuda", global_view="1")
     _check_all_passed(n, proc)
