@@ -44,6 +44,6 @@ run torchrun --standalone --nproc_per_node "$n" examples/tensor_parallel_mlp.py 
 if [ "${TP_BENCH:-1}" = 1 ]; then
   run torchrun --standalone --nproc_per_node "$n" -m benchmarks.run --device cuda --cases tp_mlp,tp_attention,sp_block \
     --sizes medium,large --dtype bfloat16 --iters 20 --out "$out/h200_tp$n" \
-    --backends "${TP_BACKENDS:-eager,inductor,nvfuser_dtensor,nvfuser_dtensor:global_view+fuse_matmul}" > "$out/tp-bench.log" 2>&1
+    --backends "${TP_BACKENDS:-eager,inductor,nvfuser_dtensor,nvfuser_dtensor:global_view+fuse_matmul}" ${TP_BENCH_ARGS:-} > "$out/tp-bench.log" 2>&1
   grep -vE "Warning|^W|wait_tensor|WorkRegistry|before the output" "$out/tp-bench.log" | tail -30
 fi
