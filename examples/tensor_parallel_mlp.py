@@ -41,6 +41,8 @@ def main() -> None:
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--fuse-matmul", action="store_true", help="fuse the matmuls too (nvFuser's own all-reduce)")
+    p.add_argument("--global-view", choices=("auto", "on", "off"), default="auto",
+                   help="options.global_view (auto: the global view on CPU, the local path on CUDA)")
     a = p.parse_args()
 
     if a.device == "cuda":
@@ -56,7 +58,9 @@ def main() -> None:
     plan = {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
     eager = parallelize_module(copy.deepcopy(model), mesh, plan)
     ours = parallelize_module(copy.deepcopy(model), mesh, plan)
-    compiled = torch.compile(ours, backend="nvfuser_dtensor", options={"fuse_matmul": a.fuse_matmul})
+    global_view = {"on": True, "off": False}.get(a.global_view, "auto")
+    compiled = torch.compile(ours, backend="nvfuser_dtensor",
+                             options={"fuse_matmul": a.fuse_matmul, "global_view": global_view})
 
     worst = 0.0
     for step in range(a.steps):

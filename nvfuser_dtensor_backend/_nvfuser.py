@@ -64,14 +64,14 @@ def _point_communicator_at_launcher() -> None:
 # nvFuser creates its communicator (a singleton) on first use, and its cleanup at exit also
 # asks for it. Under torchrun (RANK/WORLD_SIZE/... set) that cleanup then built a
 # communicator at exit: without a usable GPU it called CUDA and aborted ("CUDA driver version
-# is insufficient", exit code 134); on the H200 (wheel built for torch 2.10, torch 2.11) it
-# freed a ``c10d::ProcessGroupNCCL`` on a corrupted heap (SIGABRT, backtrace through
-# ``Communicator::cleanup`` -> ``~ProcessGroupNCCL``), even on the local path, which needs no
-# nvFuser communicator (not yet re-run on the H200 with this change: the device time was
-# spent). So NVFUSER_MASTER_ADDR is set only by :func:`use_communicator` (the
+# is insufficient", exit code 134); on the H200 it built and freed a ``c10d::ProcessGroupNCCL``
+# with a wheel built for another torch, on a heap that mismatch corrupts (SIGABRT through
+# ``~ProcessGroupNCCL``; see multidevice_abi_reason), even on the local path, which needs no
+# nvFuser communicator. So NVFUSER_MASTER_ADDR is set only by :func:`use_communicator` (the
 # global view on CUDA), and unless that ran, the launcher's variables are hidden at exit, when
-# nothing reads them any more: the cleanup then finds no communicator to build. The handler
-# is registered after nvFuser's import, so it runs before nvFuser's.
+# nothing reads them any more: the cleanup then finds no communicator to build (on the H200
+# the local-path torchrun processes now exit with status 0). The handler is registered after
+# nvFuser's import, so it runs before nvFuser's.
 _LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
 

@@ -31,10 +31,11 @@ class Options:
         global_view: how graphs with DTensor inputs are compiled: ``True`` in the global view
             (fusions with global shapes and multidevice annotations, global_view.py),
             ``False`` on the local path (AOTAutograd's per-rank desugaring), ``"auto"``
-            (default): the global view, except on CUDA with an nvFuser wheel built for another
-            torch than the running one (its multidevice runtime allocates c10d objects with
-            that torch's layout: nvfuser-cu130-torch210 on torch 2.11 corrupted the heap on
-            the H200); the log line says so.
+            (default): the global view on CPU, the local path on CUDA, where the global view
+            is correct (H200, mesh of one GPU) but measured about 3x slower (ops outside
+            fusions dispatch through DTensor at run time); the log line says why, and names
+            an nvFuser wheel built for another torch than the running one (its multidevice
+            runtime then corrupts the heap: scripts/gpu_nvfuser_abi_fix.py).
     """
 
     fallback: str = "eager"
