@@ -23,9 +23,8 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from ._nvfuser import nvfuser
+from ._nvfuser import multidevice_abi_reason, nvfuser
 from .decompositions import decomposition_table
-from ._nvfuser import multidevice_abi_reason
 from .global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
 from .options import Options
 from .partition import PartitionReport, partition

@@ -79,7 +79,7 @@ relayout.register_autograd(_relayout_backward, setup_context=_relayout_setup)
 def run_relayout(x, key: int, back: int):
     """``relayout`` at run time, where ``x`` is a DTensor (see the Note)."""
     if isinstance(x, DTensor):
-        mesh, placements = _LAYOUTS[key]
+        mesh, placements = layout(key)
         if tuple(x.placements) != placements:
             return x.redistribute(mesh, placements)
     return x

@@ -79,16 +79,18 @@ def _own_copy(ctx, x):
     return ctx.ops.set(upcast(ctx, x)) if torch_dtype(x) != torch.bool else x
 
 
-def max_of(ctx, x, dims, keepdim=False):
+def _extremum(ctx, op, x, dims, keepdim):
     if not dims:
         return x
-    return _one_axis_at_a_time(ctx, lambda t, ds: ctx.ops.max(t, dims=ds, keepdim=keepdim), _own_copy(ctx, x), dims)
+    return _one_axis_at_a_time(ctx, lambda t, ds: op(t, dims=ds, keepdim=keepdim), _own_copy(ctx, x), dims)
+
+
+def max_of(ctx, x, dims, keepdim=False):
+    return _extremum(ctx, ctx.ops.max, x, dims, keepdim)
 
 
 def min_of(ctx, x, dims, keepdim=False):
-    if not dims:
-        return x
-    return _one_axis_at_a_time(ctx, lambda t, ds: ctx.ops.min(t, dims=ds, keepdim=keepdim), _own_copy(ctx, x), dims)
+    return _extremum(ctx, ctx.ops.min, x, dims, keepdim)
 
 
 # --- checks ----------------------------------------------------------------------------
