@@ -221,6 +221,22 @@ class _Ops:
 
     segment_set = set
 
+    @staticmethod
+    def stride_order(x, stride_order):
+        """A copy laid out as ``stride_order`` says (nvFuser's order: larger = outer); an
+        empty order is the printed form of the row-major one (Note [Output layout contract])."""
+        n = x.dim()
+        order = list(stride_order) or list(range(n - 1, -1, -1))
+        outer_first = sorted(range(n), key=lambda d: -order[d])
+        strides, step = [0] * n, 1
+        for d in reversed(outer_first):
+            strides[d] = step
+            step *= max(int(x.shape[d]), 1)
+        out = torch.empty_strided(x.shape, strides, dtype=x.dtype, device=x.device)
+        out.copy_(x)
+        out._nvfuser_layout = True  # keep this layout as a fusion output
+        return out
+
     # --- shapes --------------------------------------------------------------------
     @staticmethod
     def size(x, dim):
@@ -483,4 +499,7 @@ class Evaluator:
         fake = _FakeFusion(inputs, device)
         with torch.no_grad():
             self._fn(fake)
-        return [t.contiguous() if t.dim() and not t.is_contiguous() else t for t in fake.outputs]
+        # Outputs that the definition lays out (stride_order) keep that layout; nvFuser's
+        # own choice for the others is not modelled here, they come back row-major.
+        return [t if getattr(t, "_nvfuser_layout", False) or not t.dim() or t.is_contiguous() else t.contiguous()
+                for t in fake.outputs]

@@ -130,11 +130,87 @@ class RecordingOps:
         return call
 
 
+# Note [Output layout contract]
+# Every region output has exactly the strides aten recorded for it (``node.meta["val"]``),
+# on CPU and GPU. nvFuser otherwise picks an output's layout itself (its allocation-order
+# pass follows the inputs: a cast of a permuted input comes out permuted), while aten's
+# ``clone``, pointwise ops and reductions promise their own layouts, and PyTorch code after
+# the region (a ``view`` above all) depends on them. So:
+# - region outputs are never views (Note [Region outputs are not views], partition.py):
+#   the value of every output is dense;
+# - each output is defined in the memory order of its recorded value: permuted so that its
+#   dims are outermost-first in memory, then ``fd.ops.stride_order`` with the row-major
+#   order, which sets the output's allocation domain (nvFuser's layout passes leave outputs
+#   with an allocation domain alone; the row-major order is what nvFuser would not pick
+#   after permuted inputs). The region permutes that output back in PyTorch, a free view
+#   with exactly aten's strides (``BuiltFusion.output_permutes``). A non-row-major
+#   ``stride_order`` straight on the output would say the same, but nvFuser 0.2.36 cannot
+#   print it after a slice ("non-trivial allocation domain not expressible with stride
+#   order"), and the CPU evaluator runs the printed text. ``repr(fd)`` prints the
+#   row-major order as ``stride_order=[]``;
+# - strides of size-1 dims carry no layout and are not compared;
+# - multidevice fusions (the global view) are laid out by their sharding and made
+#   contiguous after the run where aten's value is (dtensor_region.py).
+# ``options.check_layouts`` (tests turn it on) compares every region output's strides with
+# the recorded ones on every call, so a layout bug fails a CPU test (region.py).
+
+
+def _hint(v) -> int:
+    return int(v.node.hint) if isinstance(v, torch.SymInt) and v.node.hint is not None else int(v)
+
+
+def recorded_layout(val) -> tuple[list[int], list[int]] | None:
+    """(shape, strides) of a recorded example value, with hints for symbolic sizes; None if
+    it has no layout to keep (not a tensor, 0-dim, or not dense)."""
+    if not isinstance(val, torch.Tensor) or val.dim() == 0:
+        return None
+    try:
+        shape = [_hint(s) for s in val.shape]
+        strides = [_hint(s) for s in val.stride()]
+    except (TypeError, ValueError):  # a size without a hint
+        return None
+    return (shape, strides) if _dense(shape, strides) else None
+
+
+def _dense(shape, strides) -> bool:
+    """Non-overlapping and dense: some order of the dims (size-1 dims aside) is row-major."""
+    step = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(shape, strides) if sz != 1):
+        if stride != step:
+            return False
+        step *= size
+    return True
+
+
+def memory_order(val) -> list[int] | None:
+    """The dims of a recorded value, outermost in memory first, or None (no layout to keep)."""
+    layout = recorded_layout(val)
+    if layout is None:
+        return None
+    _, stride_order = nvfuser().compute_tensor_descriptor(*layout)  # larger = outer
+    return sorted(range(len(stride_order)), key=lambda d: -stride_order[d])
+
+
+def _laid_out(ops, value, val) -> tuple[Any, tuple[int, ...] | None]:
+    """``value`` as a fusion output in the memory order of ``val``, and the permutation
+    that gives its logical dims back (None: none needed). See Note [Output layout contract]."""
+    order = memory_order(val)
+    if order is None:
+        return value, None
+    inverse = None
+    if order != list(range(len(order))):
+        value = ops.permute(value, order)
+        inverse = tuple(sorted(range(len(order)), key=order.__getitem__))
+    return ops.stride_order(value, list(range(len(order) - 1, -1, -1))), inverse
+
+
 @dataclass
 class BuiltFusion:
     fd: Any
     constants: dict[str, float]
     output_index: list[int]  # region output i -> fusion output output_index[i]
+    # (fusion output, permutation back to its logical dims): Note [Output layout contract]
+    output_permutes: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
 
 def _fix_dtype(ctx: TranslationContext, value, expected):
@@ -185,7 +261,7 @@ def build_fusion(region: fx.GraphModule, descs: list, schedule: Callable | None 
             elif node.op == "output":
                 outs = node.args[0]
                 outs = outs if isinstance(outs, (list, tuple)) else [outs]
-                index, seen = [], {}
+                index, seen, permutes = [], {}, []
                 for o in outs:
                     value = env[o]
                     if not isinstance(value, nvf.TensorView):
@@ -193,8 +269,12 @@ def build_fusion(region: fx.GraphModule, descs: list, schedule: Callable | None 
                     key = id(value)
                     if key not in seen:
                         seen[key] = len(seen)
+                        if schedule is None:  # multidevice fusions: laid out by their shardings
+                            value, inverse = _laid_out(ops, value, o.meta.get("val"))
+                            if inverse is not None:
+                                permutes.append((seen[key], inverse))
                         fd.add_output(value)
                     index.append(seen[key])
         if schedule is not None:
             schedule([env[n] for n in placeholders], layouts)
-    return BuiltFusion(fd=fd, constants=constants, output_index=index)
+    return BuiltFusion(fd=fd, constants=constants, output_index=index, output_permutes=tuple(permutes))

@@ -36,6 +36,10 @@ class Options:
             fusions dispatch through DTensor at run time); the log line says why, and names
             an nvFuser wheel built for another torch than the running one (its multidevice
             runtime then corrupts the heap: scripts/gpu_nvfuser_abi_fix.py).
+        check_layouts: debug check of Note [Output layout contract] (fusion.py): every
+            region output's strides are compared with the ones aten recorded, on every
+            call; a mismatch raises ``LayoutContractError``. Also set by the environment
+            variable ``NVFUSER_DTENSOR_CHECK_LAYOUTS=1`` (the test suite sets it).
     """
 
     fallback: str = "eager"
@@ -44,6 +48,7 @@ class Options:
     min_region_size: int = 1
     cache_size: int = 4096
     global_view: bool | str = "auto"
+    check_layouts: bool = False
 
     @staticmethod
     def from_dict(options: dict[str, Any] | None) -> "Options":
@@ -56,6 +61,8 @@ class Options:
             )
         if "dump_dir" not in options and os.environ.get("NVFUSER_DTENSOR_DUMP"):
             options["dump_dir"] = os.environ["NVFUSER_DTENSOR_DUMP"]
+        if "check_layouts" not in options and os.environ.get("NVFUSER_DTENSOR_CHECK_LAYOUTS", "0") not in ("", "0"):
+            options["check_layouts"] = True
         opts = Options(**options)
         if opts.fallback not in FALLBACKS:
             raise OptionsError(f"fallback must be one of {FALLBACKS}, got {opts.fallback!r}")
@@ -65,6 +72,8 @@ class Options:
             raise OptionsError(f"cache_size must be a positive int, got {opts.cache_size!r}")
         if not isinstance(opts.fuse_matmul, bool):
             raise OptionsError(f"fuse_matmul must be a bool, got {opts.fuse_matmul!r}")
+        if not isinstance(opts.check_layouts, bool):
+            raise OptionsError(f"check_layouts must be a bool, got {opts.check_layouts!r}")
         if opts.global_view not in (True, False, "auto"):
             raise OptionsError(f"global_view must be True, False or 'auto', got {opts.global_view!r}")
         if opts.dump_dir is not None and not isinstance(opts.dump_dir, (str, os.PathLike)):

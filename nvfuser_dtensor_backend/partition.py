@@ -87,14 +87,43 @@ VIEW_OPS = frozenset(
 )
 
 
-def _trim_trailing_views(p) -> None:
-    changed = True
+def _trim_trailing_views(p) -> bool:
+    changed, trimmed = True, False
     while changed:
         changed = False
         for node in list(p.nodes):
             if node.target in VIEW_OPS and all(user not in p.nodes for user in node.users):
                 p.remove_node(node)  # no user inside: removing it cannot create a cycle
-                changed = True
+                changed = trimmed = True
+    return trimmed
+
+
+# Note [Region outputs are not views]
+# A region output must have exactly the strides aten recorded for it (Note [Output layout
+# contract] in fusion.py). A compute node's value is dense, and nvFuser can be told its
+# layout; a view's value (a transpose, a slice, an expand) generally is not dense, and no
+# fusion output can have those strides. So a view inside a region whose value is also used
+# outside it is replayed outside: a copy of the view node, outside the region, serves the
+# outside users, and the region outputs the view's base instead. Repeated until no view
+# has outside users (a chain of views moves out view by view); PyTorch then makes the
+# views for free, with aten's strides, from a dense region output.
+def _replay_views_outside(p, graph: fx.Graph) -> bool:
+    changed, replayed = True, False
+    while changed:
+        changed = False
+        for node in list(p.nodes):
+            if node.target not in VIEW_OPS:
+                continue
+            outside = [user for user in node.users if user not in p.nodes]
+            if not outside or len(outside) == len(node.users):
+                continue  # only outside users: _trim_trailing_views moves the node itself out
+            with graph.inserting_after(node):
+                copy = graph.call_function(node.target, node.args, node.kwargs)
+            copy.meta = dict(node.meta)
+            for user in outside:
+                user.replace_input_with(node, copy)
+            changed = replayed = True
+    return replayed
 
 
 def partition(
@@ -110,7 +139,8 @@ def partition(
     report = PartitionReport()
     kept = []
     for p in partitions:
-        _trim_trailing_views(p)
+        while _replay_views_outside(p, gm.graph) | _trim_trailing_views(p):
+            pass
         if _compute_nodes(p.nodes) >= min_region_size:
             kept.append(p)
         else:

@@ -22,7 +22,7 @@ from torch import fx
 
 from ._nvfuser import version as nvfuser_version
 from .evaluator import Evaluator
-from .fusion import BuiltFusion, build_fusion, describe
+from .fusion import BuiltFusion, build_fusion, describe, recorded_layout
 from .options import Options
 from .registry import op_name
 
@@ -35,6 +35,31 @@ class NvFuserFallbackWarning(UserWarning):
 
 class NvFuserRegionError(RuntimeError):
     """nvFuser failed on a region and ``fallback="error"`` was asked for."""
+
+
+class LayoutContractError(AssertionError):
+    """A region output's strides differ from aten's (``options.check_layouts``)."""
+
+
+def layout_mismatch(out, val) -> str | None:
+    """Why ``out`` is not laid out as the recorded ``val`` (Note [Output layout contract]),
+    or None. Dims of size 1 carry no layout; a recorded value that is not dense is not checked."""
+    if not isinstance(out, torch.Tensor) or out.dim() == 0:
+        return None
+    layout = recorded_layout(val)
+    if layout is None:
+        return None
+    _, recorded = layout
+    if len(recorded) != out.dim():
+        return f"rank {out.dim()}, recorded {len(recorded)}"
+    expected, step = [0] * out.dim(), 1
+    for d in sorted(range(out.dim()), key=lambda d: (recorded[d], -d)):  # innermost first
+        expected[d] = step
+        step *= out.shape[d]
+    actual = out.stride()
+    if any(out.shape[d] != 1 and actual[d] != expected[d] for d in range(out.dim())):
+        return f"shape {tuple(out.shape)} strides {actual}, expected {tuple(expected)}"
+    return None
 
 
 class RegionDeclined(Exception):
@@ -112,15 +137,20 @@ def _announce_evaluator() -> None:
 
 
 class _NvFuserEntry:
-    __slots__ = ("run", "index", "single")
+    __slots__ = ("run", "index", "single", "permutes")
 
     def __init__(self, built: BuiltFusion, single: bool):
         self.run = built.fd.execute
         self.index = built.output_index
         self.single = single
+        self.permutes = built.output_permutes  # Note [Output layout contract]
 
     def __call__(self, args):
         outs = self.run(args)
+        if self.permutes:
+            outs = list(outs)
+            for i, inverse in self.permutes:
+                outs[i] = outs[i].permute(inverse)
         if self.single:
             return outs[self.index[0]]
         return tuple(outs[i] for i in self.index)
@@ -146,6 +176,35 @@ class _ContiguousEntry:
         return self.inner([a.contiguous() if isinstance(a, torch.Tensor) else a for a in args])
 
 
+def _describe_arg(a) -> str:
+    if not isinstance(a, torch.Tensor):
+        return repr(a)
+    return (f"{str(a.dtype).replace('torch.', '')}{list(a.shape)} stride={list(a.stride())} "
+            f"offset={a.storage_offset()} align={a.data_ptr() % 16 if a.is_cuda else '-'}")
+
+
+class _TracingEntry:
+    """``NVFUSER_DTENSOR_TRACE=1``: print every region call (name, input layouts, storage
+    offsets, pointer alignment) before it runs and synchronize after it, so a CUDA fault is
+    pinned to the region that made it (run with CUDA_LAUNCH_BLOCKING=1 too)."""
+
+    __slots__ = ("inner", "name")
+
+    def __init__(self, inner, name: str):
+        self.inner, self.name = inner, name
+
+    def __call__(self, args):
+        print(f"[nvfuser_dtensor trace] {self.name} ({type(self.inner).__name__}): "
+              + "; ".join(_describe_arg(a) for a in args), flush=True)
+        out = self.inner(args)
+        if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+            torch.cuda.synchronize()
+        return out
+
+
+_TRACE = os.environ.get("NVFUSER_DTENSOR_TRACE", "0") not in ("", "0")
+
+
 class FusedRegion(torch.nn.Module):
     """Runs one partitioned region of an aten graph as an nvFuser fusion."""
 
@@ -163,6 +222,9 @@ class FusedRegion(torch.nn.Module):
         self._warned: set[str] = set()
         self.ops = [op_name(n.target) for n in region.graph.nodes if n.op == "call_function"]
         self.fallback_reason: str | None = None
+        outs = out if isinstance(out, (tuple, list)) else [out]
+        self._output_vals = ([o.meta.get("val") if isinstance(o, fx.Node) else None for o in outs]
+                             if options.check_layouts else None)
 
     _key_of = staticmethod(_tensor_key)  # the cheap per-argument part of the entry key
 
@@ -173,11 +235,24 @@ class FusedRegion(torch.nn.Module):
         if entry is None:
             entry = self._prepare(args, key)
         try:
-            return entry(list(args))
+            out = entry(list(args))
         except Exception as e:  # nvFuser compile/run errors surface on the first execute
             if entry is self._run_fallback:
                 raise
-            return self._recover(key, args, entry, e)
+            out = self._recover(key, args, entry, e)
+        if self._output_vals is not None:
+            self._check_layouts(out, entry)
+        return out
+
+    def _check_layouts(self, out, entry) -> None:
+        outs = (out,) if self._single else out
+        for i, (o, val) in enumerate(zip(outs, self._output_vals)):
+            why = layout_mismatch(o, val)
+            if why is not None:
+                how = "PyTorch fallback" if entry is self._run_fallback else type(entry).__name__
+                raise LayoutContractError(
+                    f"region {self.name} ({', '.join(self.ops)}), output {i} run by {how}: {why} "
+                    "(Note [Output layout contract])")
 
     def _make_entry(self, args):
         descs = tuple(describe(a) for a in args)
@@ -199,6 +274,8 @@ class FusedRegion(torch.nn.Module):
             return self._fail(key, str(e), e)
         except Exception as e:
             return self._fail(key, f"the fusion could not be defined: {_first_line(e)}", e)
+        if _TRACE:
+            entry = _TracingEntry(entry, self.name)
         self._entries[key] = entry
         return entry
 

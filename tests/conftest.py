@@ -1,5 +1,11 @@
+import os
+
 import pytest
 import torch
+
+# Every region output's strides are checked against aten's on every call (options.check_layouts,
+# Note [Output layout contract]); subprocesses started by tests inherit it.
+os.environ.setdefault("NVFUSER_DTENSOR_CHECK_LAYOUTS", "1")
 
 
 def pytest_collection_modifyitems(config, items):
