@@ -11,7 +11,7 @@ from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .registry import Translator, lookup, op_name
+from .registry import Translator, Unsupported, lookup, op_name
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
@@ -19,14 +19,20 @@ log = logging.getLogger("nvfuser_dtensor_backend")
 class NvFuserSupport(OperatorSupportBase):
     """``is_node_supported`` is exactly "lookup() returned a Translator"."""
 
-    def __init__(self, fuse_matmul: bool = False):
+    def __init__(self, fuse_matmul: bool = False, on_cuda: bool = False):
         self.fuse_matmul = fuse_matmul
+        self.on_cuda = on_cuda
         self.unsupported: dict[fx.Node, str] = {}
 
     def is_node_supported(self, submodules, node: fx.Node) -> bool:
         entry = lookup(node, self.fuse_matmul)
         if isinstance(entry, Translator):
-            return True
+            # A CPU value in a CUDA graph is host arithmetic on 0-dim tensors (T5's relative
+            # position buckets): nvFuser takes CPU scalars as inputs, but its outputs live on
+            # the GPU, so such a node stays in PyTorch and feeds regions as a CPU scalar.
+            if not (self.on_cuda and _on_cpu(node.meta.get("val"))):
+                return True
+            entry = Unsupported(f"{node.target}: computes a CPU tensor in a CUDA graph")
         if node.op == "call_function":
             self.unsupported[node] = entry.reason
         return False
@@ -50,6 +56,16 @@ class PartitionReport:
         for reason, n in self.unsupported.most_common():
             lines.append(f"  in PyTorch: {reason}" + (f" (x{n})" if n > 1 else ""))
         return "\n".join(lines)
+
+
+def _on_cpu(value) -> bool:
+    return any(isinstance(v, torch.Tensor) and v.device.type == "cpu"
+               for v in (value if isinstance(value, (tuple, list)) else (value,)))
+
+
+def _graph_on_cuda(gm: fx.GraphModule) -> bool:
+    return any(isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].is_cuda
+               for n in gm.graph.nodes if n.op == "placeholder")
 
 
 def _compute_nodes(nodes) -> int:
@@ -133,7 +149,7 @@ def partition(
 
     Returns the rewritten graph module, the names of the region submodules and a report.
     """
-    support = NvFuserSupport(fuse_matmul)
+    support = NvFuserSupport(fuse_matmul, on_cuda=_graph_on_cuda(gm))
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     report = PartitionReport()

@@ -330,5 +330,10 @@ class FusedRegion(torch.nn.Module):
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+    """The error's first line; for nvFuser's asserts, whose first line only says where,
+    also the line that says what (``Expected ...``)."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    text = lines[0] if lines else ""
+    if "please report a bug" in text and len(lines) > 1:
+        text += " " + lines[1]
+    return f"{type(e).__name__}: {text}"

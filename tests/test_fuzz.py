@@ -14,11 +14,10 @@ CI_SEEDS = range(0, 60)
 # The layouts family (python -m tools.fuzz --layouts): permuted / sliced / expanded /
 # odd-offset inputs, view-after-region endings, rotary embeddings.
 CI_LAYOUT_SEEDS = range(0, 40)
-# Layout seeds that fail today, all with "view size is not compatible with input tensor's
-# size and stride": a region output laid out by nvFuser other than aten's strides, viewed
-# outside the region (a reshape AOTAutograd turned into a view included). Remove seeds
-# from this list once the backend fixes that; strict=False, so a fixed seed only XPASSes.
-LAYOUT_SEEDS_FAILING_VIEW_OF_REGION_OUTPUT = {4, 6, 8, 11, 16, 26, 29, 34, 36}
+# Layout seeds that fail today: none. Seeds 4, 6, 8, 11, 16, 26, 29, 34 and 36 failed with
+# "view size is not compatible with input tensor's size and stride" until region outputs
+# got aten's strides (Note [Output layout contract]); a seed listed here is xfailed.
+LAYOUT_SEEDS_FAILING_VIEW_OF_REGION_OUTPUT: set[int] = set()
 
 
 @pytest.mark.parametrize("chunk", range(0, len(CI_SEEDS), 20))

@@ -46,7 +46,16 @@ def _is_symbolic(a) -> bool:
 @translator(aten.view.default, aten._unsafe_view.default, aten.reshape.default, compute=False)
 def view(ctx, a, shape):
     # nvFuser resolves -1 itself, from symbolic sizes.
-    return ctx.ops.reshape(a, list(shape))
+    out = ctx.ops.reshape(a, list(shape))
+    # A literal 1 in the new shape becomes an iteration domain of extent 1, not a broadcast
+    # one, and broadcasting it against a constant size then fails while the fusion is
+    # defined (INTERNAL ASSERT at csrc/ops/utils.cpp:117, "Expected sizes to match: 8 vs 1":
+    # Llama's rotary cos/sin, batch 1, times q, batch 8). Squeezed and broadcast again, it
+    # broadcasts as aten's size-1 dim does.
+    ones = [i for i, s in enumerate(shape) if isinstance(s, int) and s == 1]
+    if ones:
+        out = ctx.ops.broadcast(ctx.ops.squeeze(out, ones), [i in ones for i in range(len(shape))])
+    return out
 
 
 @translator(aten.permute.default, compute=False)

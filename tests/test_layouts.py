@@ -1,0 +1,156 @@
+"""Note [Output layout contract]: every region output has exactly aten's recorded strides."""
+
+import pytest
+import torch
+from torch import fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from nvfuser_dtensor_backend.fusion import memory_order
+from nvfuser_dtensor_backend.options import Options, OptionsError
+from nvfuser_dtensor_backend.partition import VIEW_OPS, partition
+from nvfuser_dtensor_backend.region import LayoutContractError, layout_mismatch
+
+from helpers import check_parity
+
+
+def _compile(fn, **options):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="nvfuser_dtensor", options=options or None)
+
+
+# --- the contract, end to end ---------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_hf_attention_ending_views_a_region_output(dtype):
+    # attn_output.transpose(1, 2).contiguous().reshape(b, s, -1) on a transposed input: aten's
+    # region output keeps the input's (permuted) layout, so the transpose after it is
+    # contiguous, AOTAutograd drops the clone and the view needs exactly those strides.
+    x = torch.randn(2, 5, 3, 4, dtype=dtype).transpose(1, 2)
+    check_parity(lambda x: (x * 2).transpose(1, 2).contiguous().view(2, 5, -1), x)
+
+
+def test_permuted_reshape_that_aot_makes_a_view():
+    x = torch.randn(2, 5, 3, 4).transpose(1, 2)
+    check_parity(lambda x: (x * 2).permute(0, 2, 1, 3).reshape(2, 5, -1), x)
+
+
+def test_transposed_pointwise_then_view():
+    x = torch.randn(5, 3)
+    check_parity(lambda x: torch.sigmoid(x.t()).t().contiguous().view(-1), x)
+
+
+def test_rotary_embedding_then_attention_ending():
+    def rotate_half(x):
+        return torch.cat((-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), dim=-1)
+
+    def f(x, cos, sin):
+        q = x.view(1, 5, 2, 4).transpose(1, 2)
+        q = q * cos.unsqueeze(1) + rotate_half(q) * sin.unsqueeze(1)
+        return q.transpose(1, 2).contiguous().view(1, 5, -1)
+
+    check_parity(f, torch.randn(1, 5, 8), torch.randn(1, 5, 4), torch.randn(1, 5, 4))
+
+
+def test_outputs_in_every_memory_order_have_aten_strides():
+    x = torch.randn(2, 3, 4, 5).permute(2, 0, 3, 1)  # a non-trivial memory order
+    compiled = _compile(lambda x: (x.exp(), x.sum(1), (x + 1).contiguous()), check_layouts=True)
+    for got, want in zip(compiled(x), (x.exp(), x.sum(1), (x + 1).contiguous())):
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()
+
+
+def test_the_test_suite_checks_layouts():
+    assert Options.from_dict({}).check_layouts  # tests/conftest.py sets NVFUSER_DTENSOR_CHECK_LAYOUTS=1
+    assert not Options.from_dict({"check_layouts": False}).check_layouts
+    with pytest.raises(OptionsError, match="check_layouts"):
+        Options.from_dict({"check_layouts": "yes"})
+
+
+# --- the pieces -----------------------------------------------------------------------
+
+def _traced(fn, *args) -> fx.GraphModule:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn, tracing_mode="fake")(*args)
+
+
+def test_region_outputs_are_never_views():
+    # t is used inside the region (by mul) and outside it (returned): the region must output
+    # the exp, and the transpose is replayed outside with aten's strides.
+    def f(x):
+        e = x.exp()
+        t = e.transpose(0, 1)
+        return t * 2, t
+
+    gm = _traced(f, torch.randn(3, 4))
+    fused, names, _ = partition(gm)
+    for name in names:
+        out = next(n for n in getattr(fused, name).graph.nodes if n.op == "output")
+        for o in _flat_nodes(out.args[0]):
+            assert o.target not in VIEW_OPS, f"{name} outputs the view {o}"
+    outside = [n for n in fused.graph.nodes if n.target is torch.ops.aten.transpose.int]
+    assert outside, "the transpose used outside must be replayed outside the region"
+
+
+def _flat_nodes(args):
+    if isinstance(args, (list, tuple)):
+        for a in args:
+            yield from _flat_nodes(a)
+    elif isinstance(args, fx.Node):
+        yield args
+
+
+def test_memory_order_of_recorded_values():
+    with FakeTensorMode():
+        assert memory_order(torch.empty(2, 3, 4)) == [0, 1, 2]
+        assert memory_order(torch.empty(2, 3, 4).permute(1, 2, 0)) == [2, 0, 1]
+        assert memory_order(torch.empty(4, 6)[:, :3]) is None  # not dense: nothing to keep
+        assert memory_order(torch.empty(())) is None
+
+
+def test_layout_mismatch_ignores_size1_dims_and_names_the_strides():
+    val = torch.empty(2, 1, 3)
+    assert layout_mismatch(torch.empty_strided((2, 1, 3), (3, 99, 1)), val) is None
+    why = layout_mismatch(torch.empty(3, 2).t(), torch.empty(2, 3))
+    assert "strides (1, 2), expected (3, 1)" in why
+
+
+def test_a_wrong_layout_fails_loudly(monkeypatch):
+    # Break the contract on purpose (outputs come back transposed-contiguous): the debug
+    # check must raise instead of letting a later view fail in a user's run.
+    from nvfuser_dtensor_backend import region as region_mod
+
+    real = region_mod._EvaluatorEntry.__call__
+
+    def transposed(self, args):
+        out = real(self, args)
+        return out.t().contiguous().t() if isinstance(out, torch.Tensor) and out.dim() == 2 else out
+
+    monkeypatch.setattr(region_mod._EvaluatorEntry, "__call__", transposed)
+    compiled = _compile(lambda x: x.exp() + 1, check_layouts=True)
+    with pytest.raises(LayoutContractError, match="Output layout contract"):
+        compiled(torch.randn(3, 4))
+
+
+def test_cpu_scalars_stay_in_pytorch_in_a_cuda_graph():
+    # T5's relative-position buckets compute on 0-dim CPU tensors next to CUDA tensors; a
+    # fusion cannot output a CPU tensor ("Expected T3_g_int64_t[] to be bound to a CUDA or
+    # meta tensor" on the H200), so such nodes are not fused.
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x = torch.empty(4, 4, device="cuda")
+        s = torch.tensor(3)
+        gm = _traced(lambda x, s: (x.relu() * 2, (s * 2) + 1), x, s)
+    fused, names, report = partition(gm)
+    fused_ops = {n.target for name in names for n in getattr(fused, name).graph.nodes}
+    assert torch.ops.aten.relu.default in fused_ops
+    assert any("CPU tensor in a CUDA graph" in r for r in report.unsupported)
+
+
+def test_view_to_size1_dims_broadcasts_against_constant_sizes():
+    # Llama's rotary embedding on the H200: cos of batch 1 (a view of a bmm output to
+    # [1, d, s]) times q of batch 8 (a view to constant sizes) hit nvFuser's INTERNAL ASSERT at
+    # csrc/ops/utils.cpp:117 ("Expected sizes to match: 8 vs 1") while the fusion was defined.
+    def f(a, b):
+        return b.view(8, 4, 6) * a.view(1, 4, 6).exp()
+
+    check_parity(f, torch.randn(4, 6), torch.randn(8, 24), expect_ops=["aten.mul.Tensor"])

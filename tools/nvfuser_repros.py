@@ -1,0 +1,121 @@
+"""Standalone nvFuser repros of faults met on real models (docs/nvfuser_faults.md).
+
+    python -m tools.nvfuser_repros            # every case, each in its own process (GPU)
+    python -m tools.nvfuser_repros --case NAME
+
+Each case builds a FusionDefinition directly with ``nvfuser_direct`` (no backend code) and
+runs it on CUDA; a fault poisons the CUDA context, so the driver runs each case in a fresh
+process and reports its exit status and last error line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import torch
+
+
+def _qkv_slice(b=8, s=1024, d=1024, which=2, contiguous=False):
+    """``v`` of ``qkv.split(d, -1)``: shape [b, s, d], strides [s*3d, 3d, 1], offset which*d."""
+    qkv = torch.randn(b, s, 3 * d, device="cuda", dtype=torch.bfloat16)
+    v = qkv[..., which * d:(which + 1) * d]
+    return v.contiguous() if contiguous else v
+
+
+def _define_heads(fd, DataType, strided: bool, pin_layout: bool, b=8, s=1024, h=16, dh=64):
+    """The region of a pre-norm block that splits a fused-qkv slice into heads:
+    ``v.view(b, s, h, dh).permute(0, 2, 1, 3)`` made contiguous (aten's clone)."""
+    contiguity = [True, False, True] if strided else [True, True, True]
+    tv0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=contiguity, dtype=DataType.BFloat16, is_cpu=False)
+    tv2 = fd.ops.reshape(tv0, new_shape=[b, s, h, dh])
+    tv6 = fd.ops.permute(tv2, dims=[0, 2, 1, 3])
+    tv13 = fd.ops.cast(tv6, dtype=DataType.BFloat16)
+    out = fd.ops.stride_order(tv13, stride_order=[3, 2, 1, 0]) if pin_layout else tv13
+    fd.add_output(out)
+    return tv0
+
+
+def _define_block_region(fd, DataType):
+    """The whole region as the backend defined it (forward.nvfuser_region_3 of the block)."""
+    tv0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, False, True], dtype=DataType.BFloat16, is_cpu=False)
+    tv1 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.BFloat16, is_cpu=False)
+    tv2 = fd.ops.reshape(tv0, new_shape=[8, 1024, 16, 64])
+    tv6 = fd.ops.permute(tv2, dims=[0, 2, 1, 3])
+    tv13 = fd.ops.cast(tv6, dtype=DataType.BFloat16)
+    tv28 = fd.ops.stride_order(tv13, stride_order=[3, 2, 1, 0])
+    tv5 = fd.ops.iota(length=1024, start=0, step=1)
+    tv10 = fd.ops.broadcast(tv5, is_broadcast_dim=[True, False])
+    tv11 = fd.ops.broadcast(tv5, is_broadcast_dim=[False, True])
+    tv12 = fd.ops.sub(tv10, tv11)
+    tv14 = fd.ops.ge(tv12, 1)
+    tv4 = fd.ops.full(shape=[1024, 1024], fill_value=True, dtype=DataType.Bool)
+    tv15 = fd.ops.logical_and(tv14, tv4)
+    tv29 = fd.ops.stride_order(tv15, stride_order=[1, 0])
+    tv16 = fd.ops.broadcast(tv15, is_broadcast_dim=[True, True, False, False])
+    tv3 = fd.ops.reshape(tv1, new_shape=[8, 16, 1024, 1024])
+    tv7 = fd.ops.cast(tv3, dtype=DataType.Float)
+    tv8 = fd.ops.div(tv7, 8.0)
+    tv9 = fd.ops.cast(tv8, dtype=DataType.BFloat16)
+    tv17 = fd.ops.where(tv16, float("-inf"), tv9)
+    tv18 = fd.ops.cast(tv17, dtype=DataType.Float)
+    tv20 = fd.ops.max(tv18, dims=[3])
+    tv21 = fd.ops.broadcast(tv20, is_broadcast_dim=[False, False, False, True])
+    tv23 = fd.ops.exp(fd.ops.sub(tv18, tv21))
+    tv24 = fd.ops.sum(tv23, dims=[3], dtype=DataType.Float)
+    tv25 = fd.ops.broadcast(tv24, is_broadcast_dim=[False, False, False, True])
+    tv27 = fd.ops.cast(fd.ops.div(tv23, tv25), dtype=DataType.BFloat16)
+    tv30 = fd.ops.stride_order(tv27, stride_order=[3, 2, 1, 0])
+    fd.add_output(tv28)
+    fd.add_output(tv29)
+    fd.add_output(tv30)
+
+
+def case(name: str) -> None:
+    from nvfuser_direct import DataType, FusionDefinition
+
+    if name.startswith("heads_"):
+        strided = "contiguous" not in name
+        pin = "pinned" in name
+        with FusionDefinition() as fd:
+            _define_heads(fd, DataType, strided, pin)
+        v = _qkv_slice(contiguous=not strided)
+        (out,) = fd.execute([v])
+        torch.cuda.synchronize()
+        ref = v.view(8, 1024, 16, 64).permute(0, 2, 1, 3)
+        print(name, "max error", (out.float() - ref.float()).abs().max().item(), "strides", out.stride())
+    elif name.startswith("block_region"):
+        with FusionDefinition() as fd:
+            _define_block_region(fd, DataType)
+        v = _qkv_slice(contiguous=name.endswith("contiguous"))
+        scores = torch.randn(128, 1024, 1024, device="cuda", dtype=torch.bfloat16)
+        outs = fd.execute([v, scores])
+        torch.cuda.synchronize()
+        ref = v.view(8, 1024, 16, 64).permute(0, 2, 1, 3)
+        print(name, "max error", (outs[0].float() - ref.float()).abs().max().item())
+    else:
+        raise SystemExit(f"unknown case {name}")
+
+
+CASES = ["block_region", "block_region_contiguous", "heads_strided_pinned", "heads_strided_free", "heads_contiguous_pinned", "heads_contiguous_free"]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--case")
+    args = p.parse_args(argv)
+    if args.case:
+        case(args.case)
+        return 0
+    for name in CASES:
+        r = subprocess.run([sys.executable, "-m", "tools.nvfuser_repros", "--case", name],
+                           capture_output=True, text=True, timeout=300)
+        lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+        err = next((ln for ln in lines if "CUDA error" in ln or "Error" in ln), lines[-1] if lines else "")
+        print(f"{name}: exit {r.returncode}: {err[:300]}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
