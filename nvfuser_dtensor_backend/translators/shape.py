@@ -218,3 +218,63 @@ def cat(ctx, tensors, dim=0):
     if len(tensors) == 1:
         return ctx.ops.set(tensors[0])
     return ctx.ops.cat(tensors, canonical_dim(dim, ndim))
+
+
+# --- gather / pad / scatter --------------------------------------------------------------
+
+
+def _check_gather(node: fx.Node) -> str | None:
+    src, index = node.args[0].meta["val"], node.args[2].meta["val"]
+    if src.dim() == 0 or index.dim() != src.dim():
+        return "nvFuser gathers between tensors of the same rank >= 1"
+    if index.dtype != torch.int64:
+        return f"index of dtype {index.dtype}"
+    if _is_symbolic(node.args[1]):
+        return "symbolic dim"
+    return None
+
+
+@translator(aten.gather.default, check=_check_gather, compute=False)
+def gather(ctx, a, dim, index, sparse_grad=False):
+    # aten and nvFuser agree: out[i][j][k] = a[index[i][j][k]][j][k] (dim 0), index no larger
+    # than a in the other dims. sparse_grad only changes the backward.
+    return ctx.ops.gather(a, index, canonical_dim(dim, _rank(ctx)))
+
+
+def _check_pad(node: fx.Node) -> str | None:
+    src, pad = node.args[0].meta["val"], node.args[1]
+    if len(pad) % 2 or len(pad) // 2 > src.dim():
+        return f"{len(pad)} pad widths for rank {src.dim()}"
+    if any(_is_symbolic(p) for p in pad):
+        return "symbolic pad width"
+    value = _arg(node, 2, "value", 0)
+    if isinstance(value, (fx.Node, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return "symbolic pad value"
+    if not src.dtype.is_floating_point and src.dtype != torch.bool and value != int(value):
+        return f"pad value {value} for an integer tensor"
+    return None
+
+
+def _pad_value(ctx, dtype: torch.dtype, value):
+    if dtype == torch.bool:  # nvFuser wants a Bool value; a Python bool would be an Int
+        return ctx.fd.define_scalar(bool(value), dtype=nvfuser().DataType.Bool)
+    if dtype.is_floating_point:
+        return float(value)
+    return int(value)
+
+
+@translator(aten.constant_pad_nd.default, check=_check_pad, compute=False)
+def constant_pad_nd(ctx, a, pad, value=0):
+    ndim = _rank(ctx)
+    pad = list(pad)
+    # Negative widths crop (the backward of a pad is a pad by the negated widths): slice
+    # those first, then pad by what is left; aten's pad list runs from the last dim inwards.
+    for i in range(len(pad) // 2):
+        dim = ndim - 1 - i
+        left, right = pad[2 * i], pad[2 * i + 1]
+        if left < 0 or right < 0:
+            a = _slice_dim(ctx, a, ndim, dim, -left if left < 0 else None, right if right < 0 else None)
+            pad[2 * i], pad[2 * i + 1] = max(left, 0), max(right, 0)
+    if not any(pad):
+        return ctx.ops.set(a)
+    return ctx.ops.pad(a, pad, _pad_value(ctx, ctx.arg_val(0).dtype, value))

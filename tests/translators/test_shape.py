@@ -105,3 +105,69 @@ def test_dynamic_shapes():
         for n in (6, 10):
             x, y = randn(n, 8), randn(3, 4)
             torch.testing.assert_close(compiled(x, y), fn(x, y))
+
+
+# --- gather / constant_pad_nd ------------------------------------------------------------
+
+
+def _index(shape, high, device=None):
+    from helpers import DEVICE
+
+    return torch.randint(0, high, shape, device=device or DEVICE)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64])
+def test_gather(dtype):
+    x = randn(4, 6, 5, dtype=dtype, requires_grad=dtype.is_floating_point)
+    idx = _index((4, 3, 5), 6)
+    check_parity(lambda x, i: torch.gather(x * 2, 1, i) + 1, x, idx, expect_ops=["aten.gather.default"],
+                 backward=dtype.is_floating_point)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gather_smaller_index_and_size1(dtype):
+    # index smaller than the input in the other dims, size-1 dims, negative dim
+    x = randn(5, 1, 7, dtype=dtype, requires_grad=True)
+    check_parity(lambda x, i: torch.gather(x.exp(), -1, i).sin(), x, _index((3, 1, 2), 7),
+                 expect_ops=["aten.gather.default"], backward=True)
+    check_parity(lambda x, i: torch.gather(x.exp(), 0, i).sin(), x, _index((1, 1, 4), 5),
+                 expect_ops=["aten.gather.default"], backward=True)
+
+
+def test_gather_take_along_dim_1d():
+    x = randn(9)
+    check_parity(lambda x, i: torch.take_along_dim(x.tanh(), i) * 3, x, _index((12,), 9),
+                 expect_ops=["aten.gather.default"])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_constant_pad_nd(dtype):
+    x = randn(2, 3, 4, dtype=dtype, requires_grad=True)
+    check_parity(lambda x: torch.constant_pad_nd(x.exp(), [1, 2, 0, 3], 0.5) * 2, x,
+                 expect_ops=["aten.constant_pad_nd.default"], backward=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_constant_pad_nd_negative_and_size1(dtype):
+    x = randn(3, 1, 6, dtype=dtype, requires_grad=True)
+    # negative widths crop; a size-1 dim padded; all three dims
+    check_parity(lambda x: torch.constant_pad_nd(x.sin(), [-1, 2, 2, 0, 0, 1]) + 1, x,
+                 expect_ops=["aten.constant_pad_nd.default"], backward=True)
+    check_parity(lambda x: torch.constant_pad_nd(x.sin(), [-2, -1]) + 1, x,
+                 expect_ops=["aten.constant_pad_nd.default"], backward=True)
+
+
+@pytest.mark.parametrize("dtype,value", [(torch.int64, 3), (torch.bool, True), (torch.float32, float("-inf"))])
+def test_constant_pad_nd_values(dtype, value):
+    x = randn(4, 5, dtype=dtype)
+    fn = (lambda x: torch.constant_pad_nd(x.logical_not(), [1, 1], value)) if dtype == torch.bool else \
+        (lambda x: torch.constant_pad_nd(x * 2, [0, 2, 1, 0], value))
+    check_parity(fn, x, expect_ops=["aten.constant_pad_nd.default"])
+
+
+def test_constant_pad_via_f_pad():
+    import torch.nn.functional as F
+
+    x = randn(2, 3, 8, requires_grad=True)
+    check_parity(lambda x: F.pad(x.relu(), (3, 0)) * 2, x,
+                 expect_ops=["aten.constant_pad_nd.default"], backward=True)
