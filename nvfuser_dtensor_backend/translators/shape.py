@@ -227,7 +227,7 @@ def _check_gather(node: fx.Node) -> str | None:
     src, index = node.args[0].meta["val"], node.args[2].meta["val"]
     if src.dim() == 0 or index.dim() != src.dim():
         return "nvFuser gathers between tensors of the same rank >= 1"
-    if index.dtype != torch.int64:
+    if index.dtype not in (torch.int64, torch.int32):
         return f"index of dtype {index.dtype}"
     if _is_symbolic(node.args[1]):
         return "symbolic dim"
@@ -238,7 +238,7 @@ def _check_gather(node: fx.Node) -> str | None:
 def gather(ctx, a, dim, index, sparse_grad=False):
     # aten and nvFuser agree: out[i][j][k] = a[index[i][j][k]][j][k] (dim 0), index no larger
     # than a in the other dims. sparse_grad only changes the backward.
-    return ctx.ops.gather(a, index, canonical_dim(dim, _rank(ctx)))
+    return ctx.ops.gather(a, cast(ctx, index, torch.int64), canonical_dim(dim, _rank(ctx)))  # nvFuser: Int index
 
 
 def _check_pad(node: fx.Node) -> str | None:

@@ -134,6 +134,12 @@ def test_gather_smaller_index_and_size1(dtype):
                  expect_ops=["aten.gather.default"], backward=True)
 
 
+def test_gather_int32_index():
+    x = randn(3, 8, dtype=torch.bfloat16)
+    check_parity(lambda x, i: torch.gather(x * 2, 1, i) - 1, x, _index((3, 5), 8).int(),
+                 expect_ops=["aten.gather.default"])
+
+
 def test_gather_take_along_dim_1d():
     x = randn(9)
     check_parity(lambda x, i: torch.take_along_dim(x.tanh(), i) * 3, x, _index((12,), 9),
