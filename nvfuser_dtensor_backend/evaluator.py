@@ -315,8 +315,12 @@ class _Ops:
         return torch.index_select(x, dim, index)
 
     @staticmethod
-    def gather(x, dim, index):
+    def gather(x, index, dim):  # nvFuser's argument order: gather(arg, index, dim)
         return torch.gather(x, dim, index)
+
+    @staticmethod
+    def scatter(x, index, src, dim):
+        return torch.scatter(x, dim, index, src)
 
     @staticmethod
     def take_along_axis(x, index, dim):

@@ -230,3 +230,59 @@ def test_constants_that_print_alike_are_not_confused():
     # 1.0000001 and 1.0000002 both print as "1.00000" in nvFuser's text of the fusion.
     check_parity(lambda x: x * 1.0000001 + x * 1.0000002 - x * 2.0, randn(4, 4, dtype=torch.float64),
                  fused=False)
+
+
+def _attention_block_partitions(fuse_matmul):
+    """Regions of AOTAutograd's graphs for a pre-norm attention block with rotary embedding,
+    attention left to PyTorch (no CPU attention translator): partitioned, not run."""
+    import torch.nn.functional as F
+    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+    from torch._functorch.aot_autograd import aot_function
+
+    from nvfuser_dtensor_backend.decompositions import decomposition_table
+    from nvfuser_dtensor_backend.partition import partition
+
+    B, S, H, D = 2, 16, 4, 8
+
+    def rope(x, cos, sin):
+        return x * cos + torch.cat([-x[..., D // 2:], x[..., : D // 2]], -1) * sin
+
+    def block(x, wq, wk, wv, wo, g, cos, sin):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * g
+        q, k, v = ((h @ w).view(B, S, H, D).transpose(1, 2) for w in (wq, wk, wv))
+        q, k = rope(q, cos, sin) * 0.5, rope(k, cos, sin)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + o.transpose(1, 2).reshape(B, S, H * D) @ wo
+
+    reports = {}
+
+    def compiler(kind):
+        def compile(gm, example_inputs):
+            reports[kind] = partition(gm, 1, fuse_matmul)[2]
+            return make_boxed_func(gm)
+        return compile
+
+    args = [randn(B, S, H * D, requires_grad=True)] + [randn(H * D, H * D, requires_grad=True) for _ in range(4)]
+    args += [randn(H * D, requires_grad=True), randn(S, D), randn(S, D)]
+    f = aot_function(block, fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                     decompositions=decomposition_table(), partition_fn=min_cut_rematerialization_partition)
+    f(*args).sum().backward()
+    return reports
+
+
+def test_attention_left_to_pytorch_splits_regions_only_where_it_must():
+    """An attention op left to PyTorch cuts the graph in two; the producers of q, k, v
+    (rotary embedding, scaling) share one region, the consumers another."""
+    reports = _attention_block_partitions(fuse_matmul=True)
+    for kind in ("forward", "backward"):
+        assert len(reports[kind].regions) == 2, reports[kind].summary()
+    producers = reports["forward"].regions[0]
+    assert producers.count("aten.cat.default") == 2 and producers.count("aten.neg.default") == 2  # q and k rope
+    # Without fused matmuls every mm cuts too: norm | rope of q and k | residual add.
+    reports = _attention_block_partitions(fuse_matmul=False)
+    fwd = reports["forward"].regions
+    assert len(fwd) == 3, reports["forward"].summary()
+    assert any(r.count("aten.cat.default") == 2 for r in fwd)
+    # The rope backward (slice_scatter x4) is one region, the norm backward another.
+    bwd = reports["backward"].regions
+    assert len(bwd) == 2 and any(r.count("aten.slice_scatter.default") == 4 for r in bwd), reports["backward"].summary()

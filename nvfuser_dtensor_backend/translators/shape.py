@@ -227,3 +227,133 @@ def cat(ctx, tensors, dim=0):
     if len(tensors) == 1:
         return ctx.ops.set(tensors[0])
     return ctx.ops.cat(tensors, canonical_dim(dim, ndim))
+
+
+# --- gather / pad / scatter --------------------------------------------------------------
+
+
+def _check_gather(node: fx.Node) -> str | None:
+    src, index = node.args[0].meta["val"], node.args[2].meta["val"]
+    if src.dim() == 0 or index.dim() != src.dim():
+        return "nvFuser gathers between tensors of the same rank >= 1"
+    if index.dtype not in (torch.int64, torch.int32):
+        return f"index of dtype {index.dtype}"
+    if _is_symbolic(node.args[1]):
+        return "symbolic dim"
+    return None
+
+
+@translator(aten.gather.default, check=_check_gather, compute=False)
+def gather(ctx, a, dim, index, sparse_grad=False):
+    # aten and nvFuser agree: out[i][j][k] = a[index[i][j][k]][j][k] (dim 0), index no larger
+    # than a in the other dims. sparse_grad only changes the backward.
+    return ctx.ops.gather(a, cast(ctx, index, torch.int64), canonical_dim(dim, _rank(ctx)))  # nvFuser: Int index
+
+
+def _check_pad(node: fx.Node) -> str | None:
+    src, pad = node.args[0].meta["val"], node.args[1]
+    if len(pad) % 2 or len(pad) // 2 > src.dim():
+        return f"{len(pad)} pad widths for rank {src.dim()}"
+    if any(_is_symbolic(p) for p in pad):
+        return "symbolic pad width"
+    value = _arg(node, 2, "value", 0)
+    if isinstance(value, (fx.Node, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return "symbolic pad value"
+    if not src.dtype.is_floating_point and src.dtype != torch.bool and value != int(value):
+        return f"pad value {value} for an integer tensor"
+    return None
+
+
+def _pad_value(ctx, dtype: torch.dtype, value):
+    if dtype == torch.bool:  # nvFuser wants a Bool value; a Python bool would be an Int
+        return ctx.fd.define_scalar(bool(value), dtype=nvfuser().DataType.Bool)
+    if dtype.is_floating_point:
+        return float(value)
+    return int(value)
+
+
+@translator(aten.constant_pad_nd.default, check=_check_pad, compute=False)
+def constant_pad_nd(ctx, a, pad, value=0):
+    ndim = _rank(ctx)
+    pad = list(pad)
+    # Negative widths crop (the backward of a pad is a pad by the negated widths): slice
+    # those first, then pad by what is left; aten's pad list runs from the last dim inwards.
+    for i in range(len(pad) // 2):
+        dim = ndim - 1 - i
+        left, right = pad[2 * i], pad[2 * i + 1]
+        if left < 0 or right < 0:
+            a = _slice_dim(ctx, a, ndim, dim, -left if left < 0 else None, right if right < 0 else None)
+            pad[2 * i], pad[2 * i + 1] = max(left, 0), max(right, 0)
+    if not any(pad):
+        return ctx.ops.set(a)
+    return ctx.ops.pad(a, pad, _pad_value(ctx, ctx.arg_val(0).dtype, value))
+
+
+def _check_slice_scatter(node: fx.Node) -> str | None:
+    step = _arg(node, 5, "step", 1)
+    if _is_symbolic(step) or step != 1:
+        return "step other than 1"
+    for b in (_arg(node, 3, "start"), _arg(node, 4, "end")):
+        if _is_symbolic(b):
+            return "symbolic slice bound"
+    if node.args[0].meta["val"].dim() == 0:
+        return "0-dim tensor"
+    return None
+
+
+@translator(aten.slice_scatter.default, check=_check_slice_scatter)
+def slice_scatter(ctx, a, src, dim=0, start=None, end=None, step=1):
+    # out = a with out[start:start + len] = src along dim: src padded to a's extent, then a
+    # where of the window's positions (iota over the dim). The window's length is src's extent
+    # (aten checks it equals the slice's), so only start is needed, and sizes stay symbolic.
+    ndim = _rank(ctx)
+    dim = canonical_dim(dim, ndim)
+    if _input_size1(ctx)[dim]:
+        # a's dim is 1 and src, non-empty, covers it: the result is src
+        return ctx.ops.set(src)
+    n = ctx.ops.size(a, dim)
+    left = _bound(ctx, a, dim, start, 0)
+    right = ctx.ops.sub(ctx.ops.sub(n, left), ctx.ops.size(src, dim))
+    padded = ctx.ops.pad(src, [0, 0] * (ndim - 1 - dim) + [left, right])
+    pos = ctx.ops.iota(n, 0, 1, dtype=nvfuser().DataType.Int)
+    inside = ctx.ops.logical_and(ctx.ops.ge(pos, left), ctx.ops.lt(pos, ctx.ops.sub(n, right)))
+    inside = ctx.ops.broadcast(inside, [i != dim for i in range(ndim)])
+    return ctx.ops.where(inside, padded, a)
+
+
+def _check_index_put(node: fx.Node) -> str | None:
+    accumulate = _arg(node, 3, "accumulate", False)
+    if accumulate:
+        return ("accumulate=True: nvFuser 0.2.36's Python API has no index_put_accumulate and its scatter does not "
+                "accumulate")
+    indices = node.args[1]
+    if len(indices) != 1 or indices[0] is None:
+        return "only one index tensor, on dim 0 (self[idx] = values)"
+    index = indices[0].meta["val"]
+    if index.dtype != torch.int64 or index.dim() != 1:
+        return f"index must be a 1-D int64 tensor, got {index.dim()}-D {index.dtype} (bool masks are data-dependent)"
+    self_v, values = node.args[0].meta["val"], node.args[2].meta["val"]
+    if self_v.dim() == 0:
+        return "0-dim tensor"
+    if values.dtype != self_v.dtype:
+        return f"values of dtype {values.dtype} into {self_v.dtype}"
+    if values.dim() > self_v.dim():
+        return "values of a higher rank than self"
+    return None
+
+
+@translator(aten.index_put.default, check=_check_index_put)
+def index_put(ctx, a, indices, values, accumulate=False):
+    # self[idx] = values (one 1-D index on dim 0) is scatter(self, idx broadcast over the other
+    # dims, values expanded to [len(idx), *self.shape[1:]], dim=0). aten wraps negative
+    # indices; nvFuser's scatter does not, so they are wrapped here. Duplicate indices write
+    # one of their values in both (which one is unspecified).
+    ndim = _rank(ctx)
+    (idx,) = indices
+    n = ctx.ops.size(a, 0)
+    idx = ctx.ops.where(ctx.ops.lt(idx, 0), ctx.ops.add(idx, n), idx)
+    shape = [ctx.ops.size(idx, 0)] + [ctx.ops.size(a, d) for d in range(1, ndim)]
+    index = ctx.ops.broadcast_in_dim(idx, shape, [0])
+    vrank = ctx.arg_val(2).dim()
+    values = ctx.ops.broadcast_in_dim(values, shape, list(range(ndim - vrank, ndim)))
+    return ctx.ops.scatter(a, index, values, 0)

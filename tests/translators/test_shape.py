@@ -105,3 +105,153 @@ def test_dynamic_shapes():
         for n in (6, 10):
             x, y = randn(n, 8), randn(3, 4)
             torch.testing.assert_close(compiled(x, y), fn(x, y))
+
+
+# --- gather / constant_pad_nd ------------------------------------------------------------
+
+
+def _index(shape, high, device=None):
+    from helpers import DEVICE
+
+    return torch.randint(0, high, shape, device=device or DEVICE)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64])
+def test_gather(dtype):
+    x = randn(4, 6, 5, dtype=dtype, requires_grad=dtype.is_floating_point)
+    idx = _index((4, 3, 5), 6)
+    check_parity(lambda x, i: torch.gather(x * 2, 1, i) + 1, x, idx, expect_ops=["aten.gather.default"],
+                 backward=dtype.is_floating_point)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gather_smaller_index_and_size1(dtype):
+    # index smaller than the input in the other dims, size-1 dims, negative dim
+    x = randn(5, 1, 7, dtype=dtype, requires_grad=True)
+    check_parity(lambda x, i: torch.gather(x.exp(), -1, i).sin(), x, _index((3, 1, 2), 7),
+                 expect_ops=["aten.gather.default"], backward=True)
+    check_parity(lambda x, i: torch.gather(x.exp(), 0, i).sin(), x, _index((1, 1, 4), 5),
+                 expect_ops=["aten.gather.default"], backward=True)
+
+
+def test_gather_int32_index():
+    x = randn(3, 8, dtype=torch.bfloat16)
+    check_parity(lambda x, i: torch.gather(x * 2, 1, i) - 1, x, _index((3, 5), 8).int(),
+                 expect_ops=["aten.gather.default"])
+
+
+def test_gather_take_along_dim_1d():
+    x = randn(9)
+    check_parity(lambda x, i: torch.take_along_dim(x.tanh(), i) * 3, x, _index((12,), 9),
+                 expect_ops=["aten.gather.default"])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_constant_pad_nd(dtype):
+    x = randn(2, 3, 4, dtype=dtype, requires_grad=True)
+    check_parity(lambda x: torch.constant_pad_nd(x.exp(), [1, 2, 0, 3], 0.5) * 2, x,
+                 expect_ops=["aten.constant_pad_nd.default"], backward=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_constant_pad_nd_negative_and_size1(dtype):
+    x = randn(3, 1, 6, dtype=dtype, requires_grad=True)
+    # negative widths crop; a size-1 dim padded; all three dims
+    check_parity(lambda x: torch.constant_pad_nd(x.sin(), [-1, 2, 2, 0, 0, 1]) + 1, x,
+                 expect_ops=["aten.constant_pad_nd.default"], backward=True)
+    check_parity(lambda x: torch.constant_pad_nd(x.sin(), [-2, -1]) + 1, x,
+                 expect_ops=["aten.constant_pad_nd.default"], backward=True)
+
+
+@pytest.mark.parametrize("dtype,value", [(torch.int64, 3), (torch.bool, True), (torch.float32, float("-inf"))])
+def test_constant_pad_nd_values(dtype, value):
+    x = randn(4, 5, dtype=dtype)
+    fn = (lambda x: torch.constant_pad_nd(x.logical_not(), [1, 1], value)) if dtype == torch.bool else \
+        (lambda x: torch.constant_pad_nd(x * 2, [0, 2, 1, 0], value))
+    check_parity(fn, x, expect_ops=["aten.constant_pad_nd.default"])
+
+
+def test_constant_pad_via_f_pad():
+    import torch.nn.functional as F
+
+    x = randn(2, 3, 8, requires_grad=True)
+    check_parity(lambda x: F.pad(x.relu(), (3, 0)) * 2, x,
+                 expect_ops=["aten.constant_pad_nd.default"], backward=True)
+
+
+# --- slice_scatter / index_put -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64, torch.bool])
+def test_slice_scatter(dtype):
+    x, y = randn(6, 5, dtype=dtype), randn(6, 2, dtype=dtype)
+    diff = dtype.is_floating_point
+    if diff:
+        x.requires_grad_(True), y.requires_grad_(True)
+    neg = (lambda t: t.logical_not()) if dtype == torch.bool else (lambda t: t * 2)
+    check_parity(lambda x, y: torch.slice_scatter(neg(x), neg(y), 1, 2, 4), x, y,
+                 expect_ops=["aten.slice_scatter.default"], backward=diff)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_slice_scatter_bounds_and_size1(dtype):
+    x = randn(4, 1, 7, dtype=dtype, requires_grad=True)
+    y = randn(4, 1, 3, dtype=dtype, requires_grad=True)
+    z = randn(1, 1, 7, dtype=dtype, requires_grad=True)
+    w = randn(4, 1, 7, dtype=dtype, requires_grad=True)
+    cases = [
+        lambda x, y: torch.slice_scatter(x.exp(), y.sin(), -1, -3),  # negative start, to the end
+        lambda x, y: torch.slice_scatter(x.exp(), y.sin(), 2, None, 3),  # from the start
+        lambda x, y: torch.slice_scatter(x.exp(), y.sin(), 2, 2, 5) + 1,  # the middle
+    ]
+    for fn in cases:
+        check_parity(fn, x, y, expect_ops=["aten.slice_scatter.default"], backward=True)
+    # a size-1 src along the scatter dim, and a size-1 dim of self
+    check_parity(lambda x, z: torch.slice_scatter(x.exp(), z.cos(), 0, 2, 3), x, z,
+                 expect_ops=["aten.slice_scatter.default"], backward=True)
+    check_parity(lambda x, w: torch.slice_scatter(x.exp(), w.cos(), 1), x, w,
+                 expect_ops=["aten.exp.default"], backward=True)
+
+
+def test_slice_scatter_from_inplace_slice_assignment():
+    def fn(x, y):
+        x = x * 2
+        x[:, 1:3] = y.tanh()
+        return x + 1
+
+    x, y = randn(3, 5, requires_grad=True), randn(3, 2, requires_grad=True)
+    check_parity(fn, x, y, expect_ops=["aten.slice_scatter.default"], backward=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64])
+def test_index_put(dtype):
+    x, v = randn(7, 4, dtype=dtype), randn(3, 4, dtype=dtype)
+    idx = torch.tensor([5, 0, -2], device=x.device)  # distinct rows, one negative
+    check_parity(lambda x, i, v: torch.index_put(x * 2, (i,), v * 3) + 1, x, idx, v,
+                 expect_ops=["aten.index_put.default"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_index_put_broadcast_values_size1_backward(dtype):
+    x = randn(6, 1, 3, dtype=dtype, requires_grad=True)
+    v = randn(3, dtype=dtype, requires_grad=True)  # broadcast over the indexed rows
+    idx = torch.randperm(6, device=x.device)[:4]
+    check_parity(lambda x, i, v: torch.index_put(x.exp(), (i,), v.sin()).cos(), x, idx, v,
+                 expect_ops=["aten.index_put.default"], backward=True)
+    one = torch.tensor([2], device=x.device)
+    check_parity(lambda x, i, v: torch.index_put(x.exp(), (i,), v.sin()) * 2, x, one, v,
+                 expect_ops=["aten.index_put.default"], backward=True)
+
+
+def test_index_put_rejected_cases_stay_in_pytorch():
+    import nvfuser_dtensor_backend as nb
+
+    x, v = randn(5, 4), randn(2, 4)
+    idx = torch.tensor([1, 3], device=x.device)
+    check_parity(lambda x, i, v: torch.index_put(x * 2, (i,), v, accumulate=True) + 1, x, idx, v)
+    reasons = [r for rep in nb.reports() for r in rep.partition.unsupported]
+    assert any("accumulate=True" in r for r in reasons), reasons
+    mask = torch.tensor([True, False, True, False, False], device=x.device)
+    check_parity(lambda x, m, v: torch.index_put(x * 2, (m,), v) + 1, x, mask, v)
+    ops = [op for rep in nb.reports() for region in rep.partition.regions for op in region]
+    assert "aten.index_put.default" not in ops
