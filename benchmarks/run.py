@@ -63,13 +63,19 @@ def environment(device: str, mesh) -> dict:
     return env
 
 
+def parse_backend(backend: str) -> tuple[str, dict | None]:
+    """``name[:opt[+opt...]]`` -> (name, {opt: True, ...} or None), e.g.
+    ``nvfuser_dtensor:global_view+fuse_matmul`` -> ("nvfuser_dtensor", {"global_view": True, "fuse_matmul": True})."""
+    name, _, flags = backend.partition(":")
+    return name, {flag: True for flag in flags.split("+") if flag} or None
+
+
 def _compile(fn, backend: str):
     """``backend`` is eager, inductor, nvfuser_dtensor, or nvfuser_dtensor:<bool option>[+<option>...]
     (e.g. ``nvfuser_dtensor:global_view+fuse_matmul``)."""
     if backend == "eager":
         return fn
-    name, _, flags = backend.partition(":")
-    options = {flag: True for flag in flags.split("+") if flag} or None
+    name, options = parse_backend(backend)
     return torch.compile(fn, backend=name, options=options, dynamic=False)
 
 

@@ -59,3 +59,34 @@ def test_budget_stops_between_groups_and_resume_continues(tmp_path):
         (c, b) for c in ("bias_gelu_tanh", "softmax") for b in ("eager", "nvfuser_dtensor"))
     data = json.loads((tmp_path / "results.json").read_text())
     assert [r["throughput_us"] for r in data["rows"][:2]] == [r["throughput_us"] for r in first]  # kept, not re-run
+
+
+def test_model_zoo_benchmark_end_to_end(tmp_path):
+    """benchmarks.models: one tiny model through its own process, eager and ours, JSON form."""
+    pytest.importorskip("timm")
+    from benchmarks import models
+
+    out = tmp_path / "zoo"
+    rows = models.main(["--device", "cpu", "--size", "tiny", "--dtype", "float32", "--models", "vit_s16",
+                        "--modes", "infer", "--backends", "eager,nvfuser_dtensor", "--warmup", "1", "--iters", "1",
+                        "--out", str(out)])
+    data = json.loads((out / "results.json").read_text())
+    assert data["rows"] == json.loads(json.dumps(rows)) and data["environment"]["torch"]
+    assert [(r["case"], r["mode"], r["backend"], r["status"]) for r in rows] == [
+        ("vit_s16", "infer", "eager", "ok"), ("vit_s16", "infer", "nvfuser_dtensor", "ok")]
+    ours = rows[1]
+    assert ours["step_ms"] > 0 and ours["first_call_s"] > 0 and ours["loss_err"] < 1e-4
+    assert ours["regions"] >= 1 and ours["fallbacks"] == 0 and ours["speedup_vs_eager"] > 0
+    assert "| vit_s16 | infer | nvfuser_dtensor |" in (out / "summary.md").read_text()
+    assert (out / "results.csv").read_text().count("\n") == 3 and (out / "speedup.png").stat().st_size > 0
+
+
+def test_model_zoo_benchmark_timeout_gives_error_rows(tmp_path):
+    """A model process that does not finish in --timeout-s is killed: error rows, the others go on."""
+    pytest.importorskip("timm")
+    from benchmarks import models
+
+    rows = models.main(["--device", "cpu", "--size", "tiny", "--dtype", "float32", "--models", "vit_s16",
+                        "--modes", "train,infer", "--backends", "eager", "--timeout-s", "0.5"])
+    assert [(r["mode"], r["status"]) for r in rows] == [("train", "error"), ("infer", "error")]
+    assert rows[0]["error"].startswith("timed out after 0.5 s")

@@ -1,0 +1,253 @@
+"""A model zoo built from config classes (random init, nothing downloaded).
+
+In the style of PyTorch's ``benchmarks/dynamo/huggingface.py`` and ``timm_models.py``: each
+entry builds, for a ``size`` of ``"tiny"`` (CPU tests) or ``"real"`` (one H200), a model on a
+device in a dtype, a seeded batch maker and a loss. Model-specific quirks live in the entry.
+
+    from benchmarks.zoo import build
+    zm = build("llama", "tiny", "cpu", torch.float32)
+    batch = zm.make_inputs(seed=0)
+    loss = zm.loss_fn(zm.model(**batch.kwargs), batch)
+
+Sizes: ``tiny`` is 2 layers, hidden 64, 4 heads, vocab 512, batch 2 x 32 tokens (images:
+batch 2, 64x64 for ViT/ConvNeXt, 32x32 for ResNet-18 whose widths are fixed); ``real`` is 4
+layers, hidden 768, 12 heads, the config class's default vocabulary, batch 8 x 512 tokens
+(images: 32 x 224x224, the library's standard widths). Every model but ``bert_dropout``
+has its dropout set to 0, so that it is deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+SIZES = ("tiny", "real")
+
+
+@dataclass
+class Batch:
+    """``kwargs`` go to ``model(**kwargs)``; ``labels`` are for a loss computed outside the model."""
+
+    kwargs: dict
+    labels: torch.Tensor | None = None
+
+
+@dataclass
+class ZooModel:
+    name: str
+    model: torch.nn.Module
+    make_inputs: Callable[[int], Batch]  # seed -> batch (same seed, same batch)
+    loss_fn: Callable[[object, Batch], torch.Tensor]  # (model output, batch) -> scalar loss
+    dropout: bool = False  # training draws random masks: compare statistically (zoo_check)
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    family: str  # "hf" or "vision"
+    build: Callable[[str, str, torch.dtype], ZooModel]
+    dropout: bool = False
+    note: str = ""
+
+
+# --------------------------------------------------------------------------------- HF models
+
+# Shared shape of the language models per size.
+LM = {
+    "tiny": dict(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=512, batch=2, seq=32),
+    "real": dict(layers=4, hidden=768, heads=12, kv_heads=4, ffn=3072, vocab=None, batch=8, seq=512),
+}
+
+
+def _vocab(size: str, config_cls) -> int:
+    return LM[size]["vocab"] or config_cls().vocab_size
+
+
+def _hf(config_cls, model_cls, config: dict, size: str, device: str, dtype: torch.dtype, name: str,
+        task: str, dropout: bool = False) -> ZooModel:
+    s = LM[size]
+    cfg = config_cls(attn_implementation="sdpa", **config)
+    torch.manual_seed(0)
+    model = model_cls(cfg).to(device=device, dtype=dtype)
+    vocab = cfg.vocab_size
+
+    def make_inputs(seed: int) -> Batch:
+        g = torch.Generator().manual_seed(seed)
+        # Token 0..3 are left out: pad/bos/eos ids of the configs (RoBERTa's pad id 1 would
+        # shift its position ids).
+        ids = torch.randint(4, vocab, (s["batch"], s["seq"]), generator=g)
+        if task == "causal":  # HF shifts the labels itself
+            labels = ids.clone()
+        elif task == "mlm":  # 15% of the positions are predicted, the rest ignored (-100)
+            mask = torch.rand(ids.shape, generator=g) < 0.15
+            mask[:, 0] = True
+            labels = torch.where(mask, torch.randint(4, vocab, ids.shape, generator=g), -100)
+        else:  # seq2seq: the decoder's inputs are the labels shifted right (done by the model)
+            labels = torch.randint(4, vocab, (s["batch"], s["seq"]), generator=g)
+        return Batch({"input_ids": ids.to(device), "labels": labels.to(device)})
+
+    return ZooModel(name, model, make_inputs, lambda out, batch: out.loss, dropout)
+
+
+def _decoder_lm(config_name: str, model_name: str, extra: Callable[[dict], dict] = lambda s: {}):
+    def build(size, device, dtype, name):
+        import transformers
+
+        config_cls, model_cls = getattr(transformers, config_name), getattr(transformers, model_name)
+        s = LM[size]
+        config = dict(vocab_size=_vocab(size, config_cls), hidden_size=s["hidden"], intermediate_size=s["ffn"],
+                      num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                      max_position_embeddings=max(s["seq"], 128), attention_dropout=0.0, use_cache=False,
+                      **extra(s))
+        return _hf(config_cls, model_cls, config, size, device, dtype, name, "causal")
+
+    return build
+
+
+def _gpt2(size, device, dtype, name):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    s = LM[size]
+    vocab = _vocab(size, GPT2Config)
+    config = dict(vocab_size=vocab, bos_token_id=vocab - 1, eos_token_id=vocab - 1, n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"],
+                  n_inner=s["ffn"], n_positions=max(s["seq"], 128), resid_pdrop=0.0, embd_pdrop=0.0,
+                  attn_pdrop=0.0, use_cache=False)
+    return _hf(GPT2Config, GPT2LMHeadModel, config, size, device, dtype, name, "causal")
+
+
+def _bert(p_drop: float):
+    def build(size, device, dtype, name):
+        from transformers import BertConfig, BertForMaskedLM
+
+        s = LM[size]
+        config = dict(vocab_size=_vocab(size, BertConfig), hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                      num_attention_heads=s["heads"], intermediate_size=s["ffn"],
+                      max_position_embeddings=max(s["seq"], 128), hidden_dropout_prob=p_drop,
+                      attention_probs_dropout_prob=p_drop)
+        return _hf(BertConfig, BertForMaskedLM, config, size, device, dtype, name, "mlm", dropout=p_drop > 0)
+
+    return build
+
+
+def _roberta(size, device, dtype, name):
+    from transformers import RobertaConfig, RobertaForMaskedLM
+
+    s = LM[size]
+    # RoBERTa's positions start after the pad id (1): it needs seq + 2 position embeddings.
+    config = dict(vocab_size=_vocab(size, RobertaConfig), hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                  num_attention_heads=s["heads"], intermediate_size=s["ffn"],
+                  max_position_embeddings=max(s["seq"], 128) + 2, hidden_dropout_prob=0.0,
+                  attention_probs_dropout_prob=0.0)
+    return _hf(RobertaConfig, RobertaForMaskedLM, config, size, device, dtype, name, "mlm")
+
+
+def _t5(size, device, dtype, name):
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    s = LM[size]
+    config = dict(vocab_size=_vocab(size, T5Config), d_model=s["hidden"], d_kv=s["hidden"] // s["heads"],
+                  d_ff=s["ffn"], num_layers=s["layers"], num_decoder_layers=s["layers"], num_heads=s["heads"],
+                  dropout_rate=0.0, use_cache=False, decoder_start_token_id=0, pad_token_id=0)
+    return _hf(T5Config, T5ForConditionalGeneration, config, size, device, dtype, name, "seq2seq")
+
+
+def _bart(size, device, dtype, name):
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    s = LM[size]
+    config = dict(vocab_size=_vocab(size, BartConfig), d_model=s["hidden"], encoder_layers=s["layers"],
+                  decoder_layers=s["layers"], encoder_attention_heads=s["heads"], decoder_attention_heads=s["heads"],
+                  encoder_ffn_dim=s["ffn"], decoder_ffn_dim=s["ffn"], max_position_embeddings=max(s["seq"], 128),
+                  dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, use_cache=False)
+    return _hf(BartConfig, BartForConditionalGeneration, config, size, device, dtype, name, "seq2seq")
+
+
+# ----------------------------------------------------------------------------- vision models
+
+IMAGES = {"tiny": dict(batch=2, classes=10), "real": dict(batch=32, classes=1000, image=224)}
+
+
+def _vision(model: torch.nn.Module, image: int, size: str, device: str, dtype: torch.dtype, name: str) -> ZooModel:
+    s = IMAGES[size]
+    model = model.to(device=device, dtype=dtype)
+
+    def make_inputs(seed: int) -> Batch:
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(s["batch"], 3, image, image, generator=g)
+        labels = torch.randint(0, s["classes"], (s["batch"],), generator=g)
+        return Batch({"x": x.to(device=device, dtype=dtype)}, labels.to(device))
+
+    def loss_fn(out, batch):
+        return F.cross_entropy(out.float(), batch.labels)
+
+    return ZooModel(name, model, make_inputs, loss_fn)
+
+
+def _vit(size, device, dtype, name):
+    import timm
+
+    torch.manual_seed(0)
+    if size == "tiny":
+        model = timm.create_model("vit_small_patch16_224", pretrained=False, img_size=64, embed_dim=64, depth=2,
+                                  num_heads=4, num_classes=IMAGES[size]["classes"])
+        return _vision(model, 64, size, device, dtype, name)
+    return _vision(timm.create_model("vit_small_patch16_224", pretrained=False), 224, size, device, dtype, name)
+
+
+def _resnet18(size, device, dtype, name):
+    import torchvision
+
+    torch.manual_seed(0)
+    # torchvision's ResNet has fixed widths: the tiny size only shrinks images and classes.
+    model = torchvision.models.resnet18(weights=None, num_classes=IMAGES[size]["classes"])
+    return _vision(model, 32 if size == "tiny" else 224, size, device, dtype, name)
+
+
+def _convnext(size, device, dtype, name):
+    import timm
+
+    torch.manual_seed(0)
+    if size == "tiny":
+        model = timm.create_model("convnext_atto", pretrained=False, depths=(1, 1, 1, 1), dims=(16, 32, 64, 128),
+                                  num_classes=IMAGES[size]["classes"])
+        return _vision(model, 64, size, device, dtype, name)
+    return _vision(timm.create_model("convnext_tiny", pretrained=False), 224, size, device, dtype, name)
+
+
+# ----------------------------------------------------------------------------------- registry
+
+def _gqa(s):
+    return dict(num_key_value_heads=s["kv_heads"])
+
+
+ENTRIES = [
+    Entry("gpt2", "hf", _gpt2),
+    Entry("llama", "hf", _decoder_lm("LlamaConfig", "LlamaForCausalLM", _gqa), note="GQA: 2 kv heads of 4 (tiny)"),
+    Entry("mistral", "hf", _decoder_lm("MistralConfig", "MistralForCausalLM", _gqa)),
+    Entry("qwen2", "hf", _decoder_lm("Qwen2Config", "Qwen2ForCausalLM", _gqa)),
+    Entry("phi", "hf", _decoder_lm("PhiConfig", "PhiForCausalLM",
+                                   lambda s: dict(resid_pdrop=0.0, embd_pdrop=0.0, partial_rotary_factor=0.5)),
+          note="partial rotary embedding (half the head dim)"),
+    Entry("bert", "hf", _bert(0.0), note="masked LM"),
+    Entry("roberta", "hf", _roberta, note="masked LM"),
+    Entry("t5", "hf", _t5),
+    Entry("bart", "hf", _bart),
+    Entry("vit_s16", "vision", _vit, note="timm vit_small_patch16_224"),
+    Entry("resnet18", "vision", _resnet18, note="torchvision; batch norm in training mode"),
+    Entry("convnext", "vision", _convnext, note="timm convnext_atto (tiny), convnext_tiny (real)"),
+    Entry("bert_dropout", "hf", _bert(0.1), dropout=True, note="hidden and attention dropout 0.1"),
+]
+BY_NAME = {e.name: e for e in ENTRIES}
+NAMES = [e.name for e in ENTRIES]
+
+
+def build(name: str, size: str = "tiny", device: str = "cpu", dtype: torch.dtype = torch.float32) -> ZooModel:
+    """The model ``name`` of ``size`` on ``device`` in ``dtype``, with seeded initial weights."""
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    if name not in BY_NAME:
+        raise KeyError(f"unknown zoo model {name!r}; known: {NAMES}")
+    return BY_NAME[name].build(size, device, dtype, name)

@@ -1,0 +1,173 @@
+"""Accuracy harness of the model zoo: one training or inference step, compiled against eager.
+
+Used by ``tests/test_zoo.py`` and ``benchmarks/models.py``.
+
+- ``run_step``: train = ``model.train()``, forward, loss, backward (gradients zeroed first,
+  returned); infer = ``model.eval()`` and forward under ``torch.no_grad()``.
+- ``compare``: a compiled deep copy against eager on the same inputs and initial weights.
+  ``loss_err`` = |loss - loss_ref| / |loss_ref| (infer: ||out - ref|| / ||ref|| of the main
+  output, the logits); ``grad_err`` = max over parameters of ||g - g_ref|| / ||all g_ref||,
+  the norm of all reference gradients concatenated (a gradient that is mathematically zero
+  is only rounding noise, so it is not measured against itself).
+- Dropout-on models (training): the compiled backend draws its masks from another RNG stream
+  than eager, so an elementwise comparison says nothing. They are compared statistically:
+  the loss within ``DROPOUT_LOSS_TOL`` of eager's, ``grad_err`` no larger than
+  ``DROPOUT_GRAD_FACTOR`` x eager's own seed-to-seed difference (eager with two seeds), and
+  the compiled model must give different losses for two seeds (dropout really happened).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+# Relative tolerances per dtype: fp32 tight; bf16/fp16 loose enough for inductor too, whose
+# errors the benchmark records next to ours (benchmarks/models.py).
+TOLERANCES = {
+    torch.float32: dict(loss=1e-4, grad=1e-3),
+    torch.float64: dict(loss=1e-8, grad=1e-7),
+    torch.bfloat16: dict(loss=3e-2, grad=5e-2),
+    torch.float16: dict(loss=1e-2, grad=3e-2),
+}
+DROPOUT_LOSS_TOL = 0.05
+DROPOUT_GRAD_FACTOR = 2.0
+
+
+@dataclass
+class Step:
+    loss: torch.Tensor  # detached scalar
+    output: torch.Tensor  # detached main output (logits)
+    grads: dict  # parameter name -> gradient (None when unused); empty for infer
+
+
+def main_output(out) -> torch.Tensor:
+    """The tensor an inference step is judged on: the logits of an HF output, or the output."""
+    if isinstance(out, torch.Tensor):
+        return out
+    logits = getattr(out, "logits", None)
+    if logits is None:
+        raise TypeError(f"no main output in {type(out).__name__}")
+    return logits
+
+
+def _module(model) -> torch.nn.Module:
+    return getattr(model, "_orig_mod", model)  # the module under torch.compile's wrapper
+
+
+def run_step(model, inputs, loss_fn, train: bool, collect: bool = True) -> Step | None:
+    """One step; ``inputs`` is a zoo ``Batch``. ``collect=False`` (timing) returns None."""
+    if train:
+        model.train()
+        model.zero_grad(set_to_none=True)
+        out = model(**inputs.kwargs)
+        loss = loss_fn(out, inputs)
+        loss.backward()
+        if not collect:
+            return None
+        grads = {n: (p.grad.detach().clone() if p.grad is not None else None)
+                 for n, p in _module(model).named_parameters()}
+        return Step(loss.detach(), main_output(out).detach(), grads)
+    model.eval()
+    with torch.no_grad():
+        out = model(**inputs.kwargs)
+        if not collect:
+            return None
+        return Step(loss_fn(out, inputs).detach(), main_output(out).detach(), {})
+
+
+def compile_model(model: torch.nn.Module, backend: str, options: dict | None = None):
+    """A compiled deep copy (``backend="eager"``: the plain copy); dynamo is reset first."""
+    copied = copy.deepcopy(model)
+    if backend == "eager":
+        return copied
+    torch._dynamo.reset()
+    if backend.startswith("nvfuser_dtensor"):
+        import nvfuser_dtensor_backend as nb
+
+        nb.clear_reports()
+    return torch.compile(copied, backend=backend, options=options or None, dynamic=False)
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    ref = b.double().norm().item()
+    return (a.double() - b.double()).norm().item() / (ref if ref else 1.0)
+
+
+def errors(step: Step, ref: Step, train: bool) -> tuple[float, float | None]:
+    """(loss_err, grad_err) of ``step`` against ``ref``; infer: (output error, None)."""
+    if not train:
+        return _rel(step.output, ref.output), None
+    loss_ref = ref.loss.double().item()
+    loss_err = abs(step.loss.double().item() - loss_ref) / (abs(loss_ref) or 1.0)
+    total = math.sqrt(sum(g.double().norm().item() ** 2 for g in ref.grads.values() if g is not None)) or 1.0
+    grad_err = 0.0
+    for name, g_ref in ref.grads.items():
+        g = step.grads.get(name)
+        if g is None and g_ref is None:
+            continue
+        if g is None or g_ref is None:  # one side has no gradient: it counts as zeros
+            g = torch.zeros_like(g_ref) if g is None else g
+            g_ref = torch.zeros_like(g) if g_ref is None else g_ref
+        if not torch.isfinite(g).all():
+            return loss_err, math.inf
+        grad_err = max(grad_err, (g.double() - g_ref.double()).norm().item() / total)
+    if not math.isfinite(step.loss.double().item()):
+        loss_err = math.inf
+    return loss_err, grad_err
+
+
+def fallback_warnings(caught) -> list[str]:
+    from nvfuser_dtensor_backend.region import NvFuserFallbackWarning
+
+    return [str(w.message) for w in caught if issubclass(w.category, NvFuserFallbackWarning)]
+
+
+def seeded_step(model, zm, batch, train: bool, seed: int, collect: bool = True) -> Step | None:
+    torch.manual_seed(seed)  # the RNG stream of dropout
+    return run_step(model, batch, zm.loss_fn, train, collect)
+
+
+def compare(zm, backend: str, train: bool, options: dict | None = None, ref: Step | None = None,
+            seed: int = 0) -> dict:
+    """Compile a copy of ``zm.model`` with ``backend`` and judge one step against eager.
+
+    Returns a dict: ``status`` ("ok" or "wrong"), ``loss_err``, ``grad_err``, ``tol``,
+    ``first_call_s``, ``fallbacks`` (messages of NvFuserFallbackWarning), ``compiled`` (the
+    compiled model, for timing), ``ref`` (eager's step, reusable) and for dropout models in
+    training ``noise`` (eager's seed-to-seed grad_err) and ``seed_losses``.
+    """
+    batch = zm.make_inputs(seed)
+    dtype = next(zm.model.parameters()).dtype
+    if ref is None:
+        ref = seeded_step(copy.deepcopy(zm.model), zm, batch, train, seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = compile_model(zm.model, backend, options)
+        t0 = time.perf_counter()
+        step = seeded_step(compiled, zm, batch, train, seed)
+        if step.output.is_cuda:
+            torch.cuda.synchronize()
+        first_call_s = time.perf_counter() - t0
+        loss_err, grad_err = errors(step, ref, train)
+        result = dict(loss_err=loss_err, grad_err=grad_err, first_call_s=first_call_s, compiled=compiled, ref=ref)
+        if zm.dropout and train:
+            other = seeded_step(copy.deepcopy(zm.model), zm, batch, train, seed + 1)
+            noise = errors(other, ref, train)[1]
+            again = seeded_step(compiled, zm, batch, train, seed + 1)
+            losses = (step.loss.item(), again.loss.item())
+            ok = (loss_err <= DROPOUT_LOSS_TOL and grad_err <= DROPOUT_GRAD_FACTOR * noise
+                  and losses[0] != losses[1])
+            result.update(noise=noise, seed_losses=losses,
+                          tol=dict(loss=DROPOUT_LOSS_TOL, grad=DROPOUT_GRAD_FACTOR * noise))
+        else:
+            tol = TOLERANCES.get(dtype, TOLERANCES[torch.bfloat16])
+            ok = loss_err <= tol["loss"] and (grad_err is None or grad_err <= tol["grad"])
+            result["tol"] = tol
+    result["fallbacks"] = fallback_warnings(caught)
+    result["status"] = "ok" if ok else "wrong"
+    return result

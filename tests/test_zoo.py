@@ -1,0 +1,108 @@
+"""The model zoo (benchmarks/zoo.py), tiny configs: one compiled training / inference step
+against eager, with the default options and with ``fuse_matmul=True``.
+
+Judged by benchmarks/zoo_check.py: relative loss (infer: logits) error and the largest
+parameter-gradient error relative to the norm of all gradients; ``bert_dropout`` is compared
+statistically (its masks come from another RNG stream than eager's). A region that falls back
+to PyTorch with an NvFuserFallbackWarning is allowed: the warning is re-issued (pytest's
+warnings summary lists it) and recorded as the test's ``fallbacks`` property; the numbers
+must still match.
+"""
+
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("timm")
+pytest.importorskip("torchvision")
+
+from benchmarks import zoo, zoo_check  # noqa: E402
+from helpers import DEVICE  # noqa: E402
+from nvfuser_dtensor_backend.region import NvFuserFallbackWarning  # noqa: E402
+
+# Runs that fail today, keyed (model, mode, options label), with the first error seen on CPU
+# (nvFuser 0.2.36, torch 2.10). Root causes are in the backend; delete an entry once it passes.
+_VIEW_AFTER_SDPA = (
+    "RuntimeError: view size is not compatible with input tensor's size and stride (at least one dimension "
+    "spans across two contiguous subspaces). Use .reshape(...) instead. -- at the node "
+    "aten.view.default(transpose_3, [2, 32, -1]) after _scaled_dot_product_flash_attention_for_cpu, whose "
+    "q/k/v are region outputs (GQA attention; the output of SDPA has other strides than traced)")
+_MEAN_OF_BROADCAST = (
+    "wrong gradients (grad_err 0.35): every gradient upstream of the global average pool is 1/(H*W) of eager's. "
+    "aten.mean.dim([-1, -2], keepdim) of add(mul(x, gamma.view(1, -1, 1, 1)), shortcut) is defined as "
+    "sum / 1: fd.ops.size() of the broadcast add folds to 1 (reshape's constant size-1 extent), so the "
+    "region computes the sum; the LayerNorm after it hides this in the loss")
+KNOWN_FAILURES = {
+    ("llama", "train", "default"): _VIEW_AFTER_SDPA,
+    ("llama", "infer", "default"): _VIEW_AFTER_SDPA,
+    ("mistral", "train", "default"): _VIEW_AFTER_SDPA,
+    ("mistral", "infer", "default"): _VIEW_AFTER_SDPA,
+    ("qwen2", "train", "default"): _VIEW_AFTER_SDPA,
+    ("qwen2", "infer", "default"): _VIEW_AFTER_SDPA,
+    ("convnext", "train", "default"): _MEAN_OF_BROADCAST,
+    ("convnext", "train", "fuse_matmul"): _MEAN_OF_BROADCAST,
+}
+
+OPTIONS = {"default": None, "fuse_matmul": {"fuse_matmul": True}}
+
+
+# The fuse_matmul runs of these models run by default; the others are marked slow (the
+# whole file took 7.5 min on 2 cores with them): ``pytest -m slow tests/test_zoo.py``.
+FUSE_MATMUL_CI = ("llama", "vit_s16", "convnext", "bert_dropout")
+
+
+def _params(options_label: str, modes=("train", "infer"), slow=()):
+    out = []
+    for name in zoo.NAMES:
+        for mode in modes:
+            reason = KNOWN_FAILURES.get((name, mode, options_label))
+            marks = [pytest.mark.xfail(strict=False, reason=reason)] if reason else []
+            marks += [pytest.mark.slow] if name in slow else []
+            out.append(pytest.param(name, mode, marks=marks, id=f"{name}-{mode}"))
+    return out
+
+
+def _check(name: str, mode: str, options_label: str, record_property):
+    torch._dynamo.reset()
+    zm = zoo.build(name, "tiny", DEVICE, torch.float32)
+    result = zoo_check.compare(zm, "nvfuser_dtensor", mode == "train", OPTIONS[options_label])
+    record_property("fallbacks", result["fallbacks"])
+    for message in result["fallbacks"]:
+        warnings.warn(f"{name} {mode} ({options_label}): {message}", NvFuserFallbackWarning, stacklevel=2)
+    assert result["status"] == "ok", (
+        f"{name} {mode} ({options_label}): loss_err {result['loss_err']:.3g}, grad_err {result['grad_err']}, "
+        f"tolerances {result['tol']}, fallbacks {result['fallbacks']}")
+    if zm.dropout and mode == "train":
+        assert result["seed_losses"][0] != result["seed_losses"][1]  # dropout really happened
+
+
+@pytest.mark.parametrize("name,mode", _params("default"))
+def test_zoo_default_options(name, mode, record_property):
+    _check(name, mode, "default", record_property)
+
+
+@pytest.mark.parametrize("name,mode", _params("fuse_matmul", modes=("train",),
+                                               slow=set(zoo.NAMES) - set(FUSE_MATMUL_CI)))
+def test_zoo_fuse_matmul_train(name, mode, record_property):
+    _check(name, mode, "fuse_matmul", record_property)
+
+
+def test_registry_covers_the_issue():
+    assert len(zoo.NAMES) >= 13
+    assert sum(e.dropout for e in zoo.ENTRIES) >= 1
+    zm = zoo.build("llama", "tiny")
+    assert zm.model.config.num_key_value_heads < zm.model.config.num_attention_heads  # GQA
+    assert zm.model.config._attn_implementation == "sdpa"
+    a, b = zm.make_inputs(3), zm.make_inputs(3)
+    assert torch.equal(a.kwargs["input_ids"], b.kwargs["input_ids"])  # seeded
+
+
+def test_errors_measure_relative_to_all_gradients():
+    ones = {"a": torch.ones(4), "b": torch.zeros(4)}
+    ref = zoo_check.Step(torch.tensor(2.0), torch.ones(3), ones)
+    got = zoo_check.Step(torch.tensor(2.2), torch.ones(3), {"a": torch.ones(4), "b": torch.full((4,), 0.2)})
+    loss_err, grad_err = zoo_check.errors(got, ref, train=True)
+    assert loss_err == pytest.approx(0.1) and grad_err == pytest.approx(0.4 / 2)  # ||0.2 x 4|| / ||ones(4)||
+    assert zoo_check.errors(got, ref, train=False) == (0.0, None)
