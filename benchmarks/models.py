@@ -22,6 +22,7 @@ Writes results.json (``{"environment", "rows"}``), results.csv, summary.md and s
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import copy
 import csv
 import json
@@ -297,6 +298,8 @@ def parse_args(argv=None):
                    help="CUDA_LAUNCH_BLOCKING=1 in the model processes (find the kernel of a CUDA fault)")
     p.add_argument("--dump-dir", default="", help="backend option dump_dir: every FusionDefinition, per model/mode")
     p.add_argument("--one", default="", help=argparse.SUPPRESS)  # internal: the model process
+    p.add_argument("--jobs", type=int, default=1,
+                   help="models run at once, each in its own process (>1 shares the GPU while timing)")
     p.add_argument("--result-file", default="", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.size = a.size or ("real" if a.device == "cuda" else "tiny")
@@ -318,18 +321,19 @@ def main(argv=None) -> list[dict]:
     env = environment(a.device, None)
     env.update(size=a.size, dtype=a.dtype,
                command="python -m benchmarks.models " + " ".join(argv if argv is not None else sys.argv[1:]))
+    env.update(jobs=a.jobs)  # models run at once: with more than 1, they share the GPU while timed
     rows, t_start = [], time.perf_counter()
-    for i, name in enumerate(a.names):
-        t0 = time.perf_counter()
-        print(f"[{i + 1}/{len(a.names)}] {name} ...", flush=True)
-        new = run_in_subprocess(a, name)
-        rows += new
-        derive(rows)
-        status = ", ".join(f"{r['mode']}/{r['backend']}={r['status']}" for r in new)
-        print(f"[{i + 1}/{len(a.names)}] {name}: {status} ({time.perf_counter() - t0:.0f} s, "
-              f"{time.perf_counter() - t_start:.0f} s total)", flush=True)
-        if a.out:
-            write_outputs(rows, env, a.out)  # a run cut short keeps what it measured
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        futures = {pool.submit(run_in_subprocess, a, name): name for name in a.names}
+        for i, future in enumerate(concurrent.futures.as_completed(futures)):
+            name, new = futures[future], future.result()
+            rows += new
+            derive(rows)
+            status = ", ".join(f"{r['mode']}/{r['backend']}={r['status']}" for r in new)
+            print(f"[{i + 1}/{len(a.names)}] {name}: {status} ({time.perf_counter() - t_start:.0f} s total)",
+                  flush=True)
+            if a.out:
+                write_outputs(rows, env, a.out)  # a run cut short keeps what it measured
     if a.out:
         print(f"wrote {a.out}/results.json, results.csv, summary.md, speedup.png", flush=True)
     return rows

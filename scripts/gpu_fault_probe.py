@@ -89,6 +89,20 @@ def build(name: str, size: str, device, dtype):
     return model.to(device, dtype), {"input_ids": ids.to(device), "labels": ids.to(device)}, lambda m, kw: m(**kw).loss
 
 
+def _print_fx_frames(tb) -> None:
+    """The FX-generated lines a failure went through (dynamo/AOT graphs are ``<eval_with_key>``
+    code whose source only the frame's loader knows)."""
+    import linecache
+
+    while tb is not None:
+        frame, name = tb.tb_frame, tb.tb_frame.f_code.co_filename
+        if name.startswith("<eval_with_key>"):
+            lines = linecache.getlines(name, frame.f_globals)
+            lo = max(tb.tb_lineno - 6, 0)
+            print(f"--- {name}, line {tb.tb_lineno}:", *lines[lo:tb.tb_lineno + 1], sep="", flush=True)
+        tb = tb.tb_next
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("model")
@@ -107,8 +121,12 @@ def main(argv=None) -> int:
     for step in range(args.steps):
         t0 = time.perf_counter()
         model.zero_grad(set_to_none=True)
-        loss = loss_fn(compiled, inputs)
-        loss.backward()
+        try:
+            loss = loss_fn(compiled, inputs)
+            loss.backward()
+        except Exception as e:
+            _print_fx_frames(e.__traceback__)
+            raise
         if device == "cuda":
             torch.cuda.synchronize()
         print(f"{args.model} step {step}: loss {loss.item():.5f} (eager {ref.item():.5f}) "

@@ -72,6 +72,31 @@ def _define_block_region(fd, DataType):
     fd.add_output(tv30)
 
 
+def _define_block_parts(fd, DataType, mask: str, outputs: str):
+    """Pieces of the block region, for bisecting the fault: the causal mask made in the
+    fusion (``iota``) or given as an input (``input``), and which outputs are kept
+    (``softmax``, ``softmax+mask``)."""
+    tv1 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.BFloat16, is_cpu=False)
+    if mask == "iota":
+        tv5 = fd.ops.iota(length=1024, start=0, step=1)
+        tv12 = fd.ops.sub(fd.ops.broadcast(tv5, is_broadcast_dim=[True, False]),
+                          fd.ops.broadcast(tv5, is_broadcast_dim=[False, True]))
+        tv15 = fd.ops.logical_and(fd.ops.ge(tv12, 1), fd.ops.full(shape=[1024, 1024], fill_value=True,
+                                                                  dtype=DataType.Bool))
+    else:
+        tv15 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Bool, is_cpu=False)
+    tv16 = fd.ops.broadcast(tv15, is_broadcast_dim=[True, True, False, False])
+    tv3 = fd.ops.reshape(tv1, new_shape=[8, 16, 1024, 1024])
+    tv9 = fd.ops.cast(fd.ops.div(fd.ops.cast(tv3, dtype=DataType.Float), 8.0), dtype=DataType.BFloat16)
+    tv18 = fd.ops.cast(fd.ops.where(tv16, float("-inf"), tv9), dtype=DataType.Float)
+    tv21 = fd.ops.broadcast(fd.ops.max(tv18, dims=[3]), is_broadcast_dim=[False, False, False, True])
+    tv23 = fd.ops.exp(fd.ops.sub(tv18, tv21))
+    tv25 = fd.ops.broadcast(fd.ops.sum(tv23, dims=[3], dtype=DataType.Float), is_broadcast_dim=[False, False, False, True])
+    fd.add_output(fd.ops.cast(fd.ops.div(tv23, tv25), dtype=DataType.BFloat16))
+    if outputs == "softmax+mask":
+        fd.add_output(tv15)
+
+
 def case(name: str) -> None:
     from nvfuser_direct import DataType, FusionDefinition
 
@@ -94,11 +119,22 @@ def case(name: str) -> None:
         torch.cuda.synchronize()
         ref = v.view(8, 1024, 16, 64).permute(0, 2, 1, 3)
         print(name, "max error", (outs[0].float() - ref.float()).abs().max().item())
+    elif name.startswith("parts_"):
+        _, mask, outputs = name.split("_", 2)
+        with FusionDefinition() as fd:
+            _define_block_parts(fd, DataType, mask, outputs)
+        scores = torch.randn(128, 1024, 1024, device="cuda", dtype=torch.bfloat16)
+        causal = torch.ones(1024, 1024, dtype=torch.bool, device="cuda").triu(1)
+        outs = fd.execute([scores] + ([causal] if mask == "input" else []))
+        torch.cuda.synchronize()
+        ref = (scores.view(8, 16, 1024, 1024).float() / 8).masked_fill(causal, float("-inf")).softmax(-1)
+        print(name, "max error", (outs[0].float() - ref).abs().max().item())
     else:
         raise SystemExit(f"unknown case {name}")
 
 
-CASES = ["block_region", "block_region_contiguous", "heads_strided_pinned", "heads_strided_free", "heads_contiguous_pinned", "heads_contiguous_free"]
+CASES = ["block_region", "parts_iota_softmax", "parts_iota_softmax+mask", "parts_input_softmax",
+         "parts_input_softmax+mask", "block_region_contiguous", "heads_strided_pinned", "heads_strided_free", "heads_contiguous_pinned", "heads_contiguous_free"]
 
 
 def main(argv=None) -> int:

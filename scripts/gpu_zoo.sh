@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The GPU session for issue 12, on the device machine after `source .device/setup.sh`:
+# the model zoo on the H200 (bf16, real sizes; eager, inductor, nvfuser_dtensor; every model in
+# its own process, ZOO_JOBS at once), the standalone nvFuser fault repros, and a Llama training
+# step with the layout check on (a region whose output strides differ from aten's raises,
+# naming the region). Logs and results under $OUT.
+set -uo pipefail
+out="${OUT:-/tmp/gpu-zoo}"; mkdir -p "$out/logs"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-build-isolation . > "$out/logs/install.log" 2>&1 || { tail -20 "$out/logs/install.log"; exit 1; }
+timeout 120 python3 -m tools.nvfuser_repros > "$out/logs/repros.log" 2>&1 &
+NVFUSER_DTENSOR_CHECK_LAYOUTS=1 timeout 300 python3 scripts/gpu_fault_probe.py llama --steps 1 > "$out/logs/llama_layouts.log" 2>&1 &
+timeout "${ZOO_TIMEOUT:-420}" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real \
+  --jobs "${ZOO_JOBS:-13}" --timeout-s "${ZOO_MODEL_TIMEOUT:-400}" --warmup 3 --iters 10 ${ZOO_ARGS:-} \
+  --out "$out/h200_models" 2>&1 | tee "$out/logs/zoo.log" | grep -E "^\[" 
+wait
+echo "== repros"; cat "$out/logs/repros.log"
+echo "== llama with the layout check"; grep -E "loss_err|LayoutContract|Error" "$out/logs/llama_layouts.log" | cut -c1-400 | tail -4
+grep -A8 -- "--- <eval_with_key>" "$out/logs/llama_layouts.log" | head -20
+tar -czf "$out/logs.tgz" -C "$out" logs
