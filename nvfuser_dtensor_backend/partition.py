@@ -142,6 +142,46 @@ def _replay_views_outside(p, graph: fx.Graph) -> bool:
     return replayed
 
 
+# Note [Input-free outputs]
+# A value a region computes from no input at all (a causal mask from arange/full/compare)
+# and that is also used outside the region is computed again outside, in PyTorch, for those
+# users, so the region does not output it. Outputting such a value next to a reduction that
+# reads it made nvFuser 0.2.36 fault on the H200 (an illegal memory access in the pre-norm
+# block's masked softmax; standalone repro `parts_iota_softmax+mask` in
+# tools/nvfuser_repros.py, docs/nvfuser_faults.md), and PyTorch makes it as cheaply.
+# Random ops are never replayed (a replay would draw other numbers).
+def _replay_input_free_outside(p, graph: fx.Graph) -> bool:
+    free: set[fx.Node] = set()
+    for node in graph.nodes:  # graph order is topological
+        if node in p.nodes and node.op == "call_function" and _deterministic(node) and all(
+                a in free for a in node.all_input_nodes):
+            free.add(node)
+    memo: dict[fx.Node, fx.Node] = {}
+
+    def copy_out(node: fx.Node) -> fx.Node:
+        if node not in memo:
+            args, kwargs = fx.node.map_arg((node.args, node.kwargs), copy_out)
+            with graph.inserting_after(node):
+                memo[node] = graph.call_function(node.target, args, kwargs)
+            memo[node].meta = dict(node.meta)
+        return memo[node]
+
+    replayed = False
+    for node in [n for n in graph.nodes if n in free]:
+        outside = [user for user in node.users if user not in p.nodes and user not in memo.values()]
+        if outside and any(isinstance(v, torch.Tensor) for v in [node.meta.get("val")]):
+            copy = copy_out(node)
+            for user in outside:
+                user.replace_input_with(node, copy)
+            replayed = True
+    return replayed
+
+
+def _deterministic(node: fx.Node) -> bool:
+    tags = getattr(node.target, "tags", ())
+    return torch.Tag.nondeterministic_seeded not in tags
+
+
 def partition(
     gm: fx.GraphModule, min_region_size: int = 1, fuse_matmul: bool = False
 ) -> tuple[fx.GraphModule, list[str], PartitionReport]:
@@ -155,6 +195,7 @@ def partition(
     report = PartitionReport()
     kept = []
     for p in partitions:
+        _replay_input_free_outside(p, gm.graph)
         while _replay_views_outside(p, gm.graph) | _trim_trailing_views(p):
             pass
         if _compute_nodes(p.nodes) >= min_region_size:

@@ -137,18 +137,21 @@ def _announce_evaluator() -> None:
 
 
 class _NvFuserEntry:
-    __slots__ = ("run", "index", "single", "permutes")
+    __slots__ = ("run", "index", "single", "permutes", "movement")
 
     def __init__(self, built: BuiltFusion, single: bool):
         self.run = built.fd.execute
         self.index = built.output_index
         self.single = single
         self.permutes = built.output_permutes  # Note [Output layout contract]
+        self.movement = built.movement_outputs
 
     def __call__(self, args):
         outs = self.run(args)
-        if self.permutes:
+        if self.movement or self.permutes:
             outs = list(outs)
+            for i in self.movement:
+                outs[i] = outs[i].contiguous()
             for i, inverse in self.permutes:
                 outs[i] = outs[i].permute(inverse)
         if self.single:
@@ -223,6 +226,8 @@ class FusedRegion(torch.nn.Module):
         self.ops = [op_name(n.target) for n in region.graph.nodes if n.op == "call_function"]
         self.fallback_reason: str | None = None
         outs = out if isinstance(out, (tuple, list)) else [out]
+        self._cuda_outputs = any(isinstance(o, fx.Node) and isinstance(o.meta.get("val"), torch.Tensor)
+                                 and o.meta["val"].is_cuda for o in outs)
         self._output_vals = ([o.meta.get("val") if isinstance(o, fx.Node) else None for o in outs]
                              if options.check_layouts else None)
 
@@ -258,9 +263,10 @@ class FusedRegion(torch.nn.Module):
         descs = tuple(describe(a) for a in args)
         cache_key = (self._code_key, descs, nvfuser_version())
         built = FUSION_CACHE.get_or_build(cache_key, lambda: self._build(descs))
-        if any(isinstance(a, torch.Tensor) and a.device.type == "cpu" and a.dim() > 0 for a in args) or not any(
-            isinstance(a, torch.Tensor) and a.is_cuda for a in args
-        ):
+        # A region whose tensor inputs are all CPU scalars (T5's position buckets next to an
+        # arange on the GPU) still runs on the GPU when aten recorded CUDA outputs for it.
+        on_cuda = self._cuda_outputs or any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+        if any(isinstance(a, torch.Tensor) and a.device.type == "cpu" and a.dim() > 0 for a in args) or not on_cuda:
             _announce_evaluator()
             return _EvaluatorEntry(built, self._single)
         return _NvFuserEntry(built, self._single)
