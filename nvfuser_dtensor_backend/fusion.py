@@ -148,10 +148,13 @@ class RecordingOps:
 #   print it after a slice ("non-trivial allocation domain not expressible with stride
 #   order"), and the CPU evaluator runs the printed text. ``repr(fd)`` prints the
 #   row-major order as ``stride_order=[]``;
-# - an output that only moves data (an expand then a clone: Llama's GQA ``repeat_kv``) can
-#   come back from nvFuser 0.2.36 as an alias of its input, stride 0 and all, whatever its
-#   allocation domain says (seen on the H200 by the layout check); such outputs are made
-#   dense after the run (``.contiguous()``, a no-op when nvFuser honoured the layout);
+# - nvFuser 0.2.36 does not always honour the allocation domain: an output that only moves
+#   data (an expand then a clone: Llama's GQA ``repeat_kv``) came back as an alias of its
+#   input, and outputs over an expanded broadcast dim (Llama's causal mask and T5's position
+#   bias, expanded over the batch, then computed on) came back with stride 0 there, where
+#   aten's are dense (seen on the H200 by the layout check). So every laid-out output is
+#   made dense after the run (``.contiguous()`` on the output in memory order: a no-op
+#   when nvFuser honoured the layout, a copy where it did not);
 # - strides of size-1 dims carry no layout and are not compared;
 # - multidevice fusions (the global view) are laid out by their sharding and made
 #   contiguous after the run where aten's value is (dtensor_region.py).
@@ -215,8 +218,8 @@ class BuiltFusion:
     output_index: list[int]  # region output i -> fusion output output_index[i]
     # (fusion output, permutation back to its logical dims): Note [Output layout contract]
     output_permutes: tuple[tuple[int, tuple[int, ...]], ...] = ()
-    # fusion outputs that only move data (Note [Output layout contract]: made dense after the run)
-    movement_outputs: tuple[int, ...] = ()
+    # fusion outputs defined in aten's memory order (Note [Output layout contract]: made dense after the run)
+    dense_outputs: tuple[int, ...] = ()
 
 
 def _fix_dtype(ctx: TranslationContext, value, expected):
@@ -267,7 +270,7 @@ def build_fusion(region: fx.GraphModule, descs: list, schedule: Callable | None 
             elif node.op == "output":
                 outs = node.args[0]
                 outs = outs if isinstance(outs, (list, tuple)) else [outs]
-                index, seen, permutes, movement = [], {}, [], []
+                index, seen, permutes, dense = [], {}, [], []
                 for o in outs:
                     value = env[o]
                     if not isinstance(value, nvf.TensorView):
@@ -276,29 +279,16 @@ def build_fusion(region: fx.GraphModule, descs: list, schedule: Callable | None 
                     if key not in seen:
                         seen[key] = len(seen)
                         if schedule is None:  # multidevice fusions: laid out by their shardings
-                            value, inverse = _laid_out(ops, value, o.meta.get("val"))
+                            laid_out, inverse = _laid_out(ops, value, o.meta.get("val"))
+                            if laid_out is not value:
+                                dense.append(seen[key])
                             if inverse is not None:
                                 permutes.append((seen[key], inverse))
-                            if _moves_data_only(o):
-                                movement.append(seen[key])
+                            value = laid_out
                         fd.add_output(value)
                     index.append(seen[key])
         if schedule is not None:
             schedule([env[n] for n in placeholders], layouts)
     return BuiltFusion(fd=fd, constants=constants, output_index=index, output_permutes=tuple(permutes),
-                       movement_outputs=tuple(movement))
+                       dense_outputs=tuple(dense))
 
-
-def _moves_data_only(node: fx.Node) -> bool:
-    """No node between the region's inputs and ``node`` computes (views, expands, copies)."""
-    seen, stack = set(), [node]
-    while stack:
-        n = stack.pop()
-        if n in seen or n.op != "call_function":
-            continue
-        seen.add(n)
-        entry = lookup(n)
-        if not isinstance(entry, Translator) or entry.compute:
-            return False
-        stack.extend(n.all_input_nodes)
-    return True

@@ -137,20 +137,20 @@ def _announce_evaluator() -> None:
 
 
 class _NvFuserEntry:
-    __slots__ = ("run", "index", "single", "permutes", "movement")
+    __slots__ = ("run", "index", "single", "permutes", "dense")
 
     def __init__(self, built: BuiltFusion, single: bool):
         self.run = built.fd.execute
         self.index = built.output_index
         self.single = single
         self.permutes = built.output_permutes  # Note [Output layout contract]
-        self.movement = built.movement_outputs
+        self.dense = built.dense_outputs
 
     def __call__(self, args):
         outs = self.run(args)
-        if self.movement or self.permutes:
+        if self.dense:
             outs = list(outs)
-            for i in self.movement:
+            for i in self.dense:
                 outs[i] = outs[i].contiguous()
             for i, inverse in self.permutes:
                 outs[i] = outs[i].permute(inverse)
