@@ -156,6 +156,8 @@ def _replay_input_free_outside(p, graph: fx.Graph) -> bool:
         if node in p.nodes and node.op == "call_function" and _deterministic(node) and all(
                 a in free for a in node.all_input_nodes):
             free.add(node)
+    if free >= set(p.nodes):
+        return False  # a region of input-free values only: nothing of it is read inside
     memo: dict[fx.Node, fx.Node] = {}
 
     def copy_out(node: fx.Node) -> fx.Node:
@@ -198,7 +200,9 @@ def partition(
         _replay_input_free_outside(p, gm.graph)
         while _replay_views_outside(p, gm.graph) | _trim_trailing_views(p):
             pass
-        if _compute_nodes(p.nodes) >= min_region_size:
+        if not any(user not in p.nodes for node in p.nodes for user in node.users):
+            report.small += 1  # nothing of it is used outside it any more
+        elif _compute_nodes(p.nodes) >= min_region_size:
             kept.append(p)
         else:
             report.small += 1
