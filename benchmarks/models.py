@@ -172,7 +172,7 @@ def run_in_subprocess(a, name: str) -> list[dict]:
         result_file, log_file = Path(tmp) / "rows.json", Path(tmp) / "stderr.txt"
         with open(log_file, "w") as log:
             proc = subprocess.Popen(_child_argv(a, name, str(result_file)), cwd=Path(__file__).parent.parent,
-                                    env=env, stdout=sys.stdout, stderr=log, start_new_session=True)
+                                    env=env, stdout=None, stderr=log, start_new_session=True)
             try:
                 rc = proc.wait(timeout=a.timeout_s)
                 why = None if rc == 0 else f"model process exited with code {rc}"
