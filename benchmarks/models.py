@@ -132,7 +132,8 @@ def _measure_compiled(a, zm, batch, backend: str, train: bool, ref) -> dict:
     row = dict(status=res["status"], error="", first_call_s=res["first_call_s"], loss_err=res["loss_err"],
                grad_err=res["grad_err"], tol_loss=res["tol"]["loss"], tol_grad=res["tol"]["grad"], **timing)
     if "noise" in res:
-        row.update(dropout_noise=res["noise"], dropout_seed_losses=res["seed_losses"])
+        row.update(dropout_noise=res["noise"], dropout_seed_losses=res["seed_losses"],
+                   dropout_happened=res["dropout_happened"])
     if name == NVF:
         row.update(_nvf_stats(res["fallbacks"] + zoo_check.fallback_warnings(caught)))
     if row["status"] == "wrong":

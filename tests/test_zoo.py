@@ -27,8 +27,9 @@ from nvfuser_dtensor_backend.region import NvFuserFallbackWarning  # noqa: E402
 _VIEW_AFTER_SDPA = (
     "RuntimeError: view size is not compatible with input tensor's size and stride (at least one dimension "
     "spans across two contiguous subspaces). Use .reshape(...) instead. -- at the node "
-    "aten.view.default(transpose_3, [2, 32, -1]) after _scaled_dot_product_flash_attention_for_cpu, whose "
-    "q/k/v are region outputs (GQA attention; the output of SDPA has other strides than traced)")
+    "aten.view.default(transpose_3, [2, 32, -1]) after _scaled_dot_product_flash_attention_for_cpu: the region "
+    "output q after the rotary embedding (an add of transposed [B, S, H, D] views) comes back contiguous, strides "
+    "(2048, 512, 16, 1), where aten traced (2048, 16, 64, 1), so SDPA's output has other strides than traced")
 _MEAN_OF_BROADCAST = (
     "wrong gradients (grad_err 0.35): every gradient upstream of the global average pool is 1/(H*W) of eager's. "
     "aten.mean.dim([-1, -2], keepdim) of add(mul(x, gamma.view(1, -1, 1, 1)), shortcut) is defined as "
@@ -76,7 +77,7 @@ def _check(name: str, mode: str, options_label: str, record_property):
         f"{name} {mode} ({options_label}): loss_err {result['loss_err']:.3g}, grad_err {result['grad_err']}, "
         f"tolerances {result['tol']}, fallbacks {result['fallbacks']}")
     if zm.dropout and mode == "train":
-        assert result["seed_losses"][0] != result["seed_losses"][1]  # dropout really happened
+        assert result["dropout_happened"]  # the logits differ between two seeds
 
 
 @pytest.mark.parametrize("name,mode", _params("default"))
