@@ -54,7 +54,8 @@ def _first_line(e: BaseException) -> str:
 
 
 def _row(a, name: str, mode: str, backend: str, **kw) -> dict:
-    return dict(case=name, size=a.size, dtype=a.dtype, device=a.device, mode=mode, backend=backend, **kw)
+    return dict(dict(case=name, size=a.size, dtype=a.dtype, device=a.device, mode=mode, backend=backend, error=""),
+                **kw)
 
 
 # ------------------------------------------------------------------------- one model, in-process
@@ -124,16 +125,22 @@ def measure_model(a, name: str, emit) -> None:
 
 def _measure_compiled(a, zm, batch, backend: str, train: bool, ref) -> dict:
     name, options = parse_backend(backend)
-    if name == NVF and a.dump_dir:
-        options = dict(options or {}, dump_dir=str(Path(a.dump_dir) / zm.name / ("train" if train else "infer")))
+    if name == NVF:
+        import nvfuser_dtensor_backend as nb
+
+        nb.clear_cache()  # first_call_s includes building every definition, also for a second variant
+        if a.dump_dir:
+            folder = Path(a.dump_dir) / zm.name / ("train" if train else "infer") / backend.replace(":", "-")
+            options = dict(options or {}, dump_dir=str(folder))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = zoo_check.compare(zm, name, train, options, ref=ref)
         timing = _time(res["compiled"], zm, batch, train, a.device, a.warmup, a.iters)
-    row = dict(status=res["status"], error="", first_call_s=res["first_call_s"], loss_err=res["loss_err"],
+    row = dict(status=res["status"], first_call_s=res["first_call_s"], loss_err=res["loss_err"],
                grad_err=res["grad_err"], tol_loss=res["tol"]["loss"], tol_grad=res["tol"]["grad"], **timing)
     if "noise" in res:
-        row.update(dropout_noise=res["noise"], dropout_seed_losses=res["seed_losses"])
+        row.update(dropout_noise=res["noise"], dropout_seed_losses=res["seed_losses"],
+                   dropout_happened=res["dropout_happened"])
     if name == NVF:
         row.update(_nvf_stats(res["fallbacks"] + zoo_check.fallback_warnings(caught)))
     if row["status"] == "wrong":
@@ -173,7 +180,7 @@ def run_in_subprocess(a, name: str) -> list[dict]:
         result_file, log_file = Path(tmp) / "rows.json", Path(tmp) / "stderr.txt"
         with open(log_file, "w") as log:
             proc = subprocess.Popen(_child_argv(a, name, str(result_file)), cwd=Path(__file__).parent.parent,
-                                    env=env, stdout=sys.stdout, stderr=log, start_new_session=True)
+                                    env=env, stdout=None, stderr=log, start_new_session=True)
             try:
                 rc = proc.wait(timeout=a.timeout_s)
                 why = None if rc == 0 else f"model process exited with code {rc}"
@@ -296,7 +303,8 @@ def parse_args(argv=None):
     p.add_argument("--out", default="", help="folder for results.json/csv, summary.md, speedup.png")
     p.add_argument("--cuda-launch-blocking", action="store_true",
                    help="CUDA_LAUNCH_BLOCKING=1 in the model processes (find the kernel of a CUDA fault)")
-    p.add_argument("--dump-dir", default="", help="backend option dump_dir: every FusionDefinition, per model/mode")
+    p.add_argument("--dump-dir", default="",
+                   help="backend option dump_dir: every FusionDefinition, in DIR/model/mode/backend/")
     p.add_argument("--one", default="", help=argparse.SUPPRESS)  # internal: the model process
     p.add_argument("--jobs", type=int, default=1,
                    help="models run at once, each in its own process (>1 shares the GPU while timing)")

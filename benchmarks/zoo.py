@@ -11,8 +11,9 @@ device in a dtype, a seeded batch maker and a loss. Model-specific quirks live i
 
 Sizes: ``tiny`` is 2 layers, hidden 64, 4 heads, vocab 512, batch 2 x 32 tokens (images:
 batch 2, 64x64 for ViT/ConvNeXt, 32x32 for ResNet-18 whose widths are fixed); ``real`` is 4
-layers, hidden 768, 12 heads, the config class's default vocabulary, batch 8 x 512 tokens
-(images: 32 x 224x224, the library's standard widths). Every model but ``bert_dropout``
+layers, hidden 768, 12 heads (4 kv heads for Llama/Mistral/Qwen2), the config class's default
+vocabulary (Qwen2: 151936, so 268M parameters; the others 53-107M), batch 8 x 512 tokens
+(images: 32 x 224x224, the library's standard widths: ViT-S/16, ResNet-18, ConvNeXt-T). Every model but ``bert_dropout``
 has its dropout set to 0, so that it is deterministic.
 """
 

@@ -69,7 +69,7 @@ def test_model_zoo_benchmark_end_to_end(tmp_path):
     out = tmp_path / "zoo"
     rows = models.main(["--device", "cpu", "--size", "tiny", "--dtype", "float32", "--models", "vit_s16",
                         "--modes", "infer", "--backends", "eager,nvfuser_dtensor", "--warmup", "1", "--iters", "1",
-                        "--out", str(out)])
+                        "--out", str(out), "--dump-dir", str(tmp_path / "fusions")])
     data = json.loads((out / "results.json").read_text())
     assert data["rows"] == json.loads(json.dumps(rows)) and data["environment"]["torch"]
     assert [(r["case"], r["mode"], r["backend"], r["status"]) for r in rows] == [
@@ -79,6 +79,7 @@ def test_model_zoo_benchmark_end_to_end(tmp_path):
     assert ours["regions"] >= 1 and ours["fallbacks"] == 0 and ours["speedup_vs_eager"] > 0
     assert "| vit_s16 | infer | nvfuser_dtensor |" in (out / "summary.md").read_text()
     assert (out / "results.csv").read_text().count("\n") == 3 and (out / "speedup.png").stat().st_size > 0
+    assert list((tmp_path / "fusions" / "vit_s16" / "infer" / "nvfuser_dtensor").glob("*.py"))
 
 
 def test_model_zoo_benchmark_timeout_gives_error_rows(tmp_path):
