@@ -173,3 +173,14 @@ def test_input_free_values_used_outside_are_made_outside():
         for o in _flat_nodes(out.args[0]):
             assert o.meta["val"].dtype != torch.bool, f"{name} outputs the input-free mask {o}"
     check_parity(f, torch.randn(2, 8, 8))
+
+
+@pytest.mark.parametrize("reduce", [
+    lambda y: y.mean(-1), lambda y: y.sum(-1)[..., 1:], lambda y: y.var(-1),
+    lambda y: torch.nn.functional.layer_norm(y, (5,)), lambda y: y.mean((-1, -2), keepdim=True)])
+def test_extents_after_a_view_to_size1_dims(reduce):
+    # ConvNeXt's layer scale gamma.view(1, -1, 1, 1) before the global pool: nvFuser's size
+    # of the broadcast product folded to the reshape's constant 1, so the mean divided by 1
+    # (every gradient upstream 1/(H*W) of eager's), slices ended at 0 and var gave inf.
+    x, g = torch.randn(2, 8, 3, 5), torch.randn(8)
+    check_parity(lambda x, g: reduce(x + g.view(1, -1, 1, 1)), x, g)

@@ -23,28 +23,12 @@ from helpers import DEVICE  # noqa: E402
 from nvfuser_dtensor_backend.region import NvFuserFallbackWarning  # noqa: E402
 
 # Runs that fail today, keyed (model, mode, options label), with the first error seen on CPU
-# (nvFuser 0.2.36, torch 2.10). Root causes are in the backend; delete an entry once it passes.
-_VIEW_AFTER_SDPA = (
-    "RuntimeError: view size is not compatible with input tensor's size and stride (at least one dimension "
-    "spans across two contiguous subspaces). Use .reshape(...) instead. -- at the node "
-    "aten.view.default(transpose_3, [2, 32, -1]) after _scaled_dot_product_flash_attention_for_cpu: the region "
-    "output q after the rotary embedding (an add of transposed [B, S, H, D] views) comes back contiguous, strides "
-    "(2048, 512, 16, 1), where aten traced (2048, 16, 64, 1), so SDPA's output has other strides than traced")
-_MEAN_OF_BROADCAST = (
-    "wrong gradients (grad_err 0.35): every gradient upstream of the global average pool is 1/(H*W) of eager's. "
-    "aten.mean.dim([-1, -2], keepdim) of add(mul(x, gamma.view(1, -1, 1, 1)), shortcut) is defined as "
-    "sum / 1: fd.ops.size() of the broadcast add folds to 1 (reshape's constant size-1 extent), so the "
-    "region computes the sum; the LayerNorm after it hides this in the loss")
-KNOWN_FAILURES = {
-    ("llama", "train", "default"): _VIEW_AFTER_SDPA,
-    ("llama", "infer", "default"): _VIEW_AFTER_SDPA,
-    ("mistral", "train", "default"): _VIEW_AFTER_SDPA,
-    ("mistral", "infer", "default"): _VIEW_AFTER_SDPA,
-    ("qwen2", "train", "default"): _VIEW_AFTER_SDPA,
-    ("qwen2", "infer", "default"): _VIEW_AFTER_SDPA,
-    ("convnext", "train", "default"): _MEAN_OF_BROADCAST,
-    ("convnext", "train", "fuse_matmul"): _MEAN_OF_BROADCAST,
-}
+# (nvFuser 0.2.36, torch 2.10); each is xfailed (strict=False). None today. Fixed: Llama,
+# Mistral and Qwen2 ("view size is not compatible ..." after SDPA: region outputs now have
+# aten's strides, Note [Output layout contract]) and ConvNeXt training (wrong gradients:
+# a mean over a product with gamma.view(1, -1, 1, 1) divided by 1, a reshape to literal
+# size-1 dims that nvFuser did not treat as broadcast; translators/shape.py view).
+KNOWN_FAILURES: dict[tuple[str, str, str], str] = {}
 
 OPTIONS = {"default": None, "fuse_matmul": {"fuse_matmul": True}}
 

@@ -116,6 +116,12 @@ def _check_embedding(node: fx.Node) -> str | None:
     sparse = node.args[4] if len(node.args) > 4 else node.kwargs.get("sparse", False)
     if sparse:
         return "sparse embedding"
+    if any(size != 1 and stride == 0 for size, stride in zip(indices.shape, indices.stride())):
+        # BERT's token_type_ids.expand(batch, seq): nvFuser 0.2.36 binds the expanded index of
+        # its ATen embedding segment to a dense tensor and asserts (expr_evaluator.cpp:156,
+        # "Expected logical_sizes[i] == 1 || t.stride(i) == 0", H200), so the whole region fell
+        # back. docs/nvfuser_faults.md item 5.
+        return "expanded (stride-0) indices"
     return None
 
 

@@ -326,3 +326,12 @@ def test_cudnn_sdpa_parity_gpu(causal):
     check_parity(fn, q, k, v, backward=True, scale=2)  # default options: attention stays in PyTorch
     from helpers import fused_ops
     assert not set(ops) & set(fused_ops())
+
+
+def test_embedding_with_expanded_indices_stays_in_pytorch():
+    # docs/nvfuser_faults.md item 5: BERT's token_type_ids.expand(batch, seq).
+    from helpers import compile_fn, fused_ops
+    weight, ids = torch.randn(16, 8), torch.randint(0, 16, (1, 6))
+    f = lambda w, i: (torch.nn.functional.embedding(i.expand(3, 6), w) * 2).exp()  # noqa: E731
+    torch.testing.assert_close(compile_fn(f)(weight, ids), f(weight, ids))
+    assert "aten.embedding.default" not in fused_ops()
