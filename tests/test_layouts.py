@@ -184,3 +184,28 @@ def test_extents_after_a_view_to_size1_dims(reduce):
     # (every gradient upstream 1/(H*W) of eager's), slices ended at 0 and var gave inf.
     x, g = torch.randn(2, 8, 3, 5), torch.randn(8)
     check_parity(lambda x, g: reduce(x + g.view(1, -1, 1, 1)), x, g)
+
+
+def test_outputs_nvfuser_returns_with_stride0_are_made_dense(monkeypatch):
+    # On the H200 nvFuser returned outputs computed over a batch-expanded broadcast (Llama's
+    # causal mask, T5's position bias) with stride 0 on the batch dim, whatever the
+    # definition's layout said. Simulate that in the evaluator: the region must still hand
+    # aten's dense strides on (the layout check on) and the right values.
+    from nvfuser_dtensor_backend import evaluator as ev
+
+    real = ev.Evaluator.__call__
+    seen = []
+
+    def stride0(self, inputs):
+        outs = []
+        for o in real(self, inputs):
+            if o.dim() >= 2 and o.shape[0] > 1 and torch.equal(o, o[:1].expand_as(o)):
+                o = o[:1].expand_as(o)
+                seen.append(o.shape)
+            outs.append(o)
+        return outs
+
+    monkeypatch.setattr(ev.Evaluator, "__call__", stride0)
+    bias, x = torch.randn(1, 4, 8, 8), torch.randn(3, 4, 8, 8)
+    check_parity(lambda x, b: ((x + b).softmax(-1), (b.expand(3, 4, 8, 8) + 1).transpose(-1, -2)), x, bias)
+    assert seen, "the simulation did not apply"
