@@ -311,8 +311,9 @@ class _Ops:
         return x.select(dim, int(index))
 
     @staticmethod
-    def index_select(x, dim, index):
-        return torch.index_select(x, dim, index)
+    def index_select(x, index, dim):  # nvFuser's argument order: index_select(arg, index, dim)
+        # nvFuser's canonical text broadcasts the 1-D index to the rank of x (size 1 elsewhere).
+        return torch.index_select(x, dim, index.reshape(-1))
 
     @staticmethod
     def gather(x, index, dim):  # nvFuser's argument order: gather(arg, index, dim)

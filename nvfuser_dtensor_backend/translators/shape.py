@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import fx
 
-from .._nvfuser import nvfuser
+from .._nvfuser import nvfuser, to_nv_dtype
 from ..registry import translator
 from ._common import canonical_dim, cast, is_val, out_dtype, static_ints
 
@@ -357,3 +357,47 @@ def index_put(ctx, a, indices, values, accumulate=False):
     vrank = ctx.arg_val(2).dim()
     values = ctx.ops.broadcast_in_dim(values, shape, list(range(ndim - vrank, ndim)))
     return ctx.ops.scatter(a, index, values, 0)
+
+
+def _check_scatter_value(node: fx.Node) -> str | None:
+    src, index = node.args[0].meta["val"], node.args[2].meta["val"]
+    if src.dim() == 0 or index.dim() != src.dim():
+        return "nvFuser scatters between tensors of the same rank >= 1"
+    if node.kwargs.get("reduce") is not None:
+        return "scatter with a reduction"
+    if _is_symbolic(node.args[3]) or _is_symbolic(node.args[1]):
+        return "symbolic value or dim"
+    return None
+
+
+@translator(aten.scatter.value, check=_check_scatter_value)
+def scatter_value(ctx, a, dim, index, value):
+    # Cross-entropy's backward makes its one-hot this way: self.scatter(dim, index, value) is
+    # scatter(self, index, full(index's shape, value), dim). Duplicate indices write the same
+    # value, so the result is defined.
+    ndim = _rank(ctx)
+    shape = [ctx.ops.size(index, d) for d in range(ndim)]
+    src = ctx.ops.full(shape, value, to_nv_dtype(ctx.val.dtype))
+    return ctx.ops.scatter(a, cast(ctx, index, torch.int64), src, canonical_dim(dim, ndim))
+
+
+def _check_index(node: fx.Node) -> str | None:
+    indices = node.args[1]
+    given = [i for i, t in enumerate(indices) if t is not None]
+    if len(given) != 1:
+        return "only one index tensor (self[..., idx, ...])"
+    index = indices[given[0]].meta["val"]
+    if index.dtype not in (torch.int64, torch.int32) or index.dim() != 1:
+        return f"index must be a 1-D integer tensor, got {index.dim()}-D {index.dtype} (bool masks are data-dependent)"
+    return None
+
+
+@translator(aten.index.Tensor, check=_check_index)
+def index(ctx, a, indices):
+    # self[:, idx] with one 1-D index is index_select(self, dim, idx); aten wraps negative
+    # indices, nvFuser's index_select does not, so they are wrapped here.
+    dim = next(i for i, t in enumerate(indices) if t is not None)
+    idx = cast(ctx, indices[dim], torch.int64)
+    n = ctx.ops.size(a, dim)
+    idx = ctx.ops.where(ctx.ops.lt(idx, 0), ctx.ops.add(idx, n), idx)
+    return ctx.ops.index_select(a, idx, dim)  # nvFuser: (arg, index, dim)

@@ -255,3 +255,40 @@ def test_index_put_rejected_cases_stay_in_pytorch():
     check_parity(lambda x, m, v: torch.index_put(x * 2, (m,), v) + 1, x, mask, v)
     ops = [op for rep in nb.reports() for region in rep.partition.regions for op in region]
     assert "aten.index_put.default" not in ops
+
+
+# --- scatter.value / index.Tensor (what the zoo's LMs left in PyTorch) -------------------
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_scatter_value_one_hot_as_cross_entropy_backward(dtype):
+    x = randn(6, 10, dtype=dtype)
+    target = torch.randint(0, 10, (6, 1), device=x.device)
+    check_parity(lambda x, t: (x * 2).scatter(1, t, -1.0) + 1, x, target, expect_ops=["aten.scatter.value"])
+
+
+def test_scatter_value_dim0_and_size1():
+    x = randn(4, 1, 3)
+    idx = torch.randint(0, 4, (2, 1, 3), device=x.device)
+    check_parity(lambda x, i: x.exp().scatter(0, i, 2.5) * 3, x, idx, expect_ops=["aten.scatter.value"])
+
+
+def test_cross_entropy_backward_fuses_the_one_hot():
+    logits = randn(8, 12, requires_grad=True)
+    labels = torch.randint(0, 12, (8,), device=logits.device)
+    check_parity(lambda x, y: torch.nn.functional.cross_entropy(x * 2, y), logits, labels, backward=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64])
+def test_index_one_1d_index(dtype):
+    x = randn(5, 7, 3, dtype=dtype)
+    idx = torch.tensor([4, 0, -1, 2, 2], device=x.device)
+    check_parity(lambda x, i: (x * 2)[:, i] + 1, x, idx, expect_ops=["aten.index.Tensor"])
+    check_parity(lambda x, i: (x * 2)[i] + 1, x, idx, expect_ops=["aten.index.Tensor"])
+
+
+def test_index_backward_and_rejections():
+    x = randn(6, 4, requires_grad=True)
+    idx = torch.tensor([5, 1, 1], device=x.device)
+    check_parity(lambda x, i: (x.sin()[i] * 3).cos(), x, idx, backward=True)
+    rows, cols = torch.tensor([0, 1]), torch.tensor([2, 3])
+    check_parity(lambda x, r, c: x.exp()[r, c] + 1, randn(3, 4), rows, cols, fused=False)  # two indices: PyTorch
