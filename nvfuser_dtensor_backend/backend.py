@@ -141,7 +141,8 @@ def _compile_rest_with_inductor(fused: fx.GraphModule) -> list[LazyInductor]:
 def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kind: str,
                        region_cls: type = FusedRegion) -> Callable:
     """Partition an aten graph and swap each region for a FusedRegion (or ``region_cls``)."""
-    fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul)
+    fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul,
+                                     replay_input_free=region_cls is FusedRegion)
     # The global view runs its graphs on DTensors, which inductor does not take: there,
     # regions fall back to the aten code and the code between regions stays as it is.
     use_inductor = options.fallback == "inductor" and region_cls is FusedRegion

@@ -185,11 +185,14 @@ def _deterministic(node: fx.Node) -> bool:
 
 
 def partition(
-    gm: fx.GraphModule, min_region_size: int = 1, fuse_matmul: bool = False
+    gm: fx.GraphModule, min_region_size: int = 1, fuse_matmul: bool = False, replay_input_free: bool = True
 ) -> tuple[fx.GraphModule, list[str], PartitionReport]:
     """Fuse supported nodes of ``gm`` into submodules named ``nvfuser_region_<i>``.
 
     Returns the rewritten graph module, the names of the region submodules and a report.
+    ``replay_input_free=False`` keeps input-free values as region outputs (Note [Input-free
+    outputs]): the DTensor global view runs the code outside regions on DTensors, where a
+    plain tensor made by a replayed factory op would not mix.
     """
     support = NvFuserSupport(fuse_matmul, on_cuda=_graph_on_cuda(gm))
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
@@ -197,7 +200,8 @@ def partition(
     report = PartitionReport()
     kept = []
     for p in partitions:
-        _replay_input_free_outside(p, gm.graph)
+        if replay_input_free:
+            _replay_input_free_outside(p, gm.graph)
         while _replay_views_outside(p, gm.graph) | _trim_trailing_views(p):
             pass
         if not any(user not in p.nodes for node in p.nodes for user in node.users):
