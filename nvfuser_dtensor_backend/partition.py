@@ -114,6 +114,14 @@ def _trim_trailing_views(p) -> bool:
     return trimmed
 
 
+def _copy_after(graph: fx.Graph, node: fx.Node, args, kwargs) -> fx.Node:
+    """A copy of ``node`` (with ``args``/``kwargs``) outside any partition, right after it."""
+    with graph.inserting_after(node):
+        copy = graph.call_function(node.target, args, kwargs)
+    copy.meta = dict(node.meta)
+    return copy
+
+
 # Note [Region outputs are not views]
 # A region output must have exactly the strides aten recorded for it (Note [Output layout
 # contract] in fusion.py). A compute node's value is dense, and nvFuser can be told its
@@ -133,9 +141,7 @@ def _replay_views_outside(p, graph: fx.Graph) -> bool:
             outside = [user for user in node.users if user not in p.nodes]
             if not outside or len(outside) == len(node.users):
                 continue  # only outside users: _trim_trailing_views moves the node itself out
-            with graph.inserting_after(node):
-                copy = graph.call_function(node.target, node.args, node.kwargs)
-            copy.meta = dict(node.meta)
+            copy = _copy_after(graph, node, node.args, node.kwargs)
             for user in outside:
                 user.replace_input_with(node, copy)
             changed = replayed = True
@@ -160,18 +166,15 @@ def _replay_input_free_outside(p, graph: fx.Graph) -> bool:
         return False  # a region of input-free values only: nothing of it is read inside
     memo: dict[fx.Node, fx.Node] = {}
 
-    def copy_out(node: fx.Node) -> fx.Node:
+    def copy_out(node: fx.Node) -> fx.Node:  # the copies read copies, never the originals
         if node not in memo:
-            args, kwargs = fx.node.map_arg((node.args, node.kwargs), copy_out)
-            with graph.inserting_after(node):
-                memo[node] = graph.call_function(node.target, args, kwargs)
-            memo[node].meta = dict(node.meta)
+            memo[node] = _copy_after(graph, node, *fx.node.map_arg((node.args, node.kwargs), copy_out))
         return memo[node]
 
     replayed = False
     for node in [n for n in graph.nodes if n in free]:
-        outside = [user for user in node.users if user not in p.nodes and user not in memo.values()]
-        if outside and any(isinstance(v, torch.Tensor) for v in [node.meta.get("val")]):
+        outside = [user for user in node.users if user not in p.nodes]
+        if outside and isinstance(node.meta.get("val"), torch.Tensor):
             copy = copy_out(node)
             for user in outside:
                 user.replace_input_with(node, copy)

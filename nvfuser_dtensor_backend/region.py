@@ -22,7 +22,7 @@ from torch import fx
 
 from ._nvfuser import version as nvfuser_version
 from .evaluator import Evaluator
-from .fusion import BuiltFusion, build_fusion, describe, recorded_layout
+from .fusion import BuiltFusion, build_fusion, describe, memory_order
 from .options import Options
 from .registry import op_name
 
@@ -46,14 +46,13 @@ def layout_mismatch(out, val) -> str | None:
     or None. Dims of size 1 carry no layout; a recorded value that is not dense is not checked."""
     if not isinstance(out, torch.Tensor) or out.dim() == 0:
         return None
-    layout = recorded_layout(val)
-    if layout is None:
+    order = memory_order(val)
+    if order is None:
         return None
-    _, recorded = layout
-    if len(recorded) != out.dim():
-        return f"rank {out.dim()}, recorded {len(recorded)}"
+    if len(order) != out.dim():
+        return f"rank {out.dim()}, recorded {len(order)}"
     expected, step = [0] * out.dim(), 1
-    for d in sorted(range(out.dim()), key=lambda d: (recorded[d], -d)):  # innermost first
+    for d in reversed(order):  # innermost first
         expected[d] = step
         step *= out.shape[d]
     actual = out.stride()
@@ -148,7 +147,7 @@ class _NvFuserEntry:
 
     def __call__(self, args):
         outs = self.run(args)
-        if self.dense:
+        if self.dense:  # every permuted output is a dense one too
             outs = list(outs)
             for i in self.dense:
                 outs[i] = outs[i].contiguous()
