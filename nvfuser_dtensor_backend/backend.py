@@ -25,7 +25,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ._nvfuser import multidevice_abi_reason, nvfuser
 from .decompositions import decomposition_table
-from .global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
+from .distributed.global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
 from .options import Options
 from .partition import PartitionReport, partition
 from .region import FUSION_CACHE, FusedRegion, _first_line

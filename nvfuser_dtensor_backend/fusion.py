@@ -157,7 +157,7 @@ class RecordingOps:
 #   when nvFuser honoured the layout, a copy where it did not);
 # - strides of size-1 dims carry no layout and are not compared;
 # - multidevice fusions (the global view) are laid out by their sharding and made
-#   contiguous after the run where aten's value is (dtensor_region.py).
+#   contiguous after the run where aten's value is (distributed/dtensor_region.py).
 # ``options.check_layouts`` (tests turn it on) compares every region output's strides with
 # the recorded ones on every call, so a layout bug fails a CPU test (region.py).
 
@@ -238,7 +238,7 @@ def build_fusion(region: fx.GraphModule, descs: list, schedule: Callable | None 
 
     ``schedule(input_tvs, layouts)``, if given, annotates the inputs and the relayouts
     (``TranslationContext.layouts``) once the fusion is defined (the multidevice schedule of
-    the DTensor global view, dtensor.py); such a fusion is a multidevice one
+    the DTensor global view, distributed/dtensor.py); such a fusion is a multidevice one
     (``TranslationContext.multidevice``).
     """
     nvf = nvfuser()

@@ -29,7 +29,7 @@ class Options:
         min_region_size: regions with fewer compute nodes stay in PyTorch.
         cache_size: how many fusion definitions the process-wide cache keeps.
         global_view: how graphs with DTensor inputs are compiled: ``True`` in the global view
-            (fusions with global shapes and multidevice annotations, global_view.py),
+            (fusions with global shapes and multidevice annotations, distributed/global_view.py),
             ``False`` on the local path (AOTAutograd's per-rank desugaring), ``"auto"``
             (default): the global view on CPU, the local path on CUDA, where the global view
             is correct (H200, mesh of one GPU) but measured about 3x slower (ops outside

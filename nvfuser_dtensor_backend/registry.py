@@ -162,7 +162,7 @@ class TranslationContext:
     """What a translator sees besides its arguments: the fusion and the fx node.
 
     ``layouts`` collects (TensorView, layout key) pairs for values whose layout the program
-    sets (a DTensor redistribute, tp_conversions.py); the global view annotates them once
+    sets (a DTensor redistribute, distributed/tp_conversions.py); the global view annotates them once
     the fusion is defined, so that nvFuser moves the data itself. ``multidevice``: the fusion
     is a global-view one (see Note [One-axis reductions] in translators/reduction.py).
     """

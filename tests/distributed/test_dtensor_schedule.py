@@ -8,7 +8,7 @@ from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tenso
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from nvfuser_dtensor_backend._nvfuser import nvfuser
-from nvfuser_dtensor_backend.dtensor import (
+from nvfuser_dtensor_backend.distributed.dtensor import (
     PlacementDesc,
     placement_reason,
     placements_from_sharding,
@@ -97,7 +97,7 @@ def test_placements_from_sharding():
 _MESH_ON_HOST = """
 import torch
 from nvfuser_dtensor_backend._nvfuser import nvfuser
-from nvfuser_dtensor_backend.dtensor import PlacementDesc, schedule_input
+from nvfuser_dtensor_backend.distributed.dtensor import PlacementDesc, schedule_input
 torch.set_default_device({device!r})
 with nvfuser().FusionDefinition() as fd:
     t = fd.define_tensor(shape=[-1, -1], contiguity=[True, True])

@@ -131,8 +131,8 @@ def test_dry_run_finds_ops_dtensor_cannot_run(mesh):
     at compile time (the graph then takes the local path), not as a crash at run time."""
     from torch import fx
 
-    from nvfuser_dtensor_backend.global_view import NotGlobalView, _dry_run
-    from nvfuser_dtensor_backend.tp_conversions import Conversions
+    from nvfuser_dtensor_backend.distributed.global_view import NotGlobalView, _dry_run
+    from nvfuser_dtensor_backend.distributed.tp_conversions import Conversions
 
     x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)])
     good = fx.symbolic_trace(lambda x: torch.ops.aten.exp.default(x))

@@ -26,8 +26,8 @@ from torch.distributed.tensor.parallel import parallelize_module
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import nvfuser_dtensor_backend as nb  # noqa: E402
-from nvfuser_dtensor_backend.dtensor import without_partial  # noqa: E402
-from nvfuser_dtensor_backend.dtensor_ops import register_strategies  # noqa: E402
+from nvfuser_dtensor_backend.distributed.dtensor import without_partial  # noqa: E402
+from nvfuser_dtensor_backend.distributed.dtensor_ops import register_strategies  # noqa: E402
 from models import MLP, TPAttention, TPBlock, sp_block_plan, tp_attention_plan, tp_mlp_plan  # noqa: E402
 
 D, HEADS = 32, 4  # width and heads divide by 1, 2 and 4 ranks

@@ -30,12 +30,12 @@ from torch.distributed.tensor.experimental import implicit_replication
 from torch._functorch.aot_autograd import aot_export_joint_simple
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from .decompositions import decomposition_table
+from ..decompositions import decomposition_table
 from .dtensor import PlacementDesc, placement_reason
 from .dtensor_ops import register_strategies
 from .dtensor_region import GlobalViewRegion, fake_dtensor
-from .options import Options
-from .region import _first_line
+from ..options import Options
+from ..region import _first_line
 from .tp_conversions import Conversions, NotGlobalView, rewrite, use_run_relayout
 
 log = logging.getLogger("nvfuser_dtensor_backend")

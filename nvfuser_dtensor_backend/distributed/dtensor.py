@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._nvfuser import nvfuser
+from .._nvfuser import nvfuser
 
 MAX_MESH_DIMS = 3
 

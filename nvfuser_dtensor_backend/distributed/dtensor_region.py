@@ -20,7 +20,7 @@ from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 from torch.distributed.tensor.placement_types import Partial
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ._nvfuser import use_communicator, version as nvfuser_version
+from .._nvfuser import use_communicator, version as nvfuser_version
 from .dtensor import (
     PlacementDesc,
     has_partial,
@@ -29,9 +29,9 @@ from .dtensor import (
     schedule_input,
     without_partial,
 )
-from .evaluator import Evaluator
-from .fusion import describe
-from .region import FUSION_CACHE, FusedRegion, RegionDeclined, _announce_evaluator, _first_line
+from ..evaluator import Evaluator
+from ..fusion import describe
+from ..region import FUSION_CACHE, FusedRegion, RegionDeclined, _announce_evaluator, _first_line
 from .tp_conversions import layout
 
 def _fast_key(a):

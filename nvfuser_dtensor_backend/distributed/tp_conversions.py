@@ -36,7 +36,7 @@ from torch import fx
 from torch.distributed.tensor import DTensor, Shard
 
 from .dtensor import has_partial, without_partial
-from .registry import translator
+from ..registry import translator
 
 
 class NotGlobalView(Exception):
