@@ -40,6 +40,10 @@ class Options:
             region output's strides are compared with the ones aten recorded, on every
             call; a mismatch raises ``LayoutContractError``. Also set by the environment
             variable ``NVFUSER_DTENSOR_CHECK_LAYOUTS=1`` (the test suite sets it).
+        verify: debug mode for wrong numbers: every region also runs in PyTorch on the same
+            inputs, and an output beyond its dtype's tolerance is reported with a
+            ``RegionMismatchWarning`` naming the region (verify.py). Doubles the work of each
+            region. Also set by ``NVFUSER_DTENSOR_VERIFY=1``.
     """
 
     fallback: str = "eager"
@@ -49,6 +53,7 @@ class Options:
     cache_size: int = 4096
     global_view: bool | str = "auto"
     check_layouts: bool = False
+    verify: bool = False
 
     @staticmethod
     def from_dict(options: dict[str, Any] | None) -> "Options":
@@ -63,6 +68,8 @@ class Options:
             options["dump_dir"] = os.environ["NVFUSER_DTENSOR_DUMP"]
         if "check_layouts" not in options and os.environ.get("NVFUSER_DTENSOR_CHECK_LAYOUTS", "0") not in ("", "0"):
             options["check_layouts"] = True
+        if "verify" not in options and os.environ.get("NVFUSER_DTENSOR_VERIFY", "0") not in ("", "0"):
+            options["verify"] = True
         opts = Options(**options)
         if opts.fallback not in FALLBACKS:
             raise OptionsError(f"fallback must be one of {FALLBACKS}, got {opts.fallback!r}")
@@ -72,8 +79,9 @@ class Options:
             raise OptionsError(f"cache_size must be a positive int, got {opts.cache_size!r}")
         if not isinstance(opts.fuse_matmul, bool):
             raise OptionsError(f"fuse_matmul must be a bool, got {opts.fuse_matmul!r}")
-        if not isinstance(opts.check_layouts, bool):
-            raise OptionsError(f"check_layouts must be a bool, got {opts.check_layouts!r}")
+        for name in ("check_layouts", "verify"):
+            if not isinstance(getattr(opts, name), bool):
+                raise OptionsError(f"{name} must be a bool, got {getattr(opts, name)!r}")
         if opts.global_view not in (True, False, "auto"):
             raise OptionsError(f"global_view must be True, False or 'auto', got {opts.global_view!r}")
         if opts.dump_dir is not None and not isinstance(opts.dump_dir, (str, os.PathLike)):

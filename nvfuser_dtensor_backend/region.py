@@ -25,6 +25,7 @@ from .evaluator import Evaluator
 from .fusion import BuiltFusion, build_fusion, describe, memory_order
 from .options import Options
 from .registry import op_name
+from . import verify
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
@@ -229,6 +230,7 @@ class FusedRegion(torch.nn.Module):
                                  and o.meta["val"].is_cuda for o in outs)
         self._output_vals = ([o.meta.get("val") if isinstance(o, fx.Node) else None for o in outs]
                              if options.check_layouts else None)
+        self._verify = options.verify and not verify.has_random_ops(self.ops)
 
     _key_of = staticmethod(_tensor_key)  # the cheap per-argument part of the entry key
 
@@ -246,7 +248,20 @@ class FusedRegion(torch.nn.Module):
             out = self._recover(key, args, entry, e)
         if self._output_vals is not None:
             self._check_layouts(out, entry)
+        if self._verify and entry is not self._run_fallback:
+            self._verify_against_pytorch(args, out)
         return out
+
+    def _verify_against_pytorch(self, args, out) -> None:
+        """``options.verify``: the region's result against PyTorch's on the same inputs."""
+        ref = self.region(*args)
+        outs, refs = ((out,), (ref,)) if self._single else (out, ref)
+        for i, (o, r) in enumerate(zip(outs, refs)):
+            why = verify.mismatch(o, r)
+            if why is not None and f"verify {i}" not in self._warned:  # once per output
+                self._warned.add(f"verify {i}")
+                warnings.warn(f"nvfuser_dtensor: region {self.name} ({', '.join(self.ops)}), output {i} "
+                              f"differs from PyTorch: {why}", verify.RegionMismatchWarning, stacklevel=3)
 
     def _check_layouts(self, out, entry) -> None:
         outs = (out,) if self._single else out

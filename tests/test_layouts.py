@@ -10,7 +10,7 @@ from nvfuser_dtensor_backend.options import Options, OptionsError
 from nvfuser_dtensor_backend.partition import VIEW_OPS, partition
 from nvfuser_dtensor_backend.region import LayoutContractError, layout_mismatch
 
-from helpers import check_parity
+from helpers import check_parity, randn
 
 
 def _compile(fn, **options):
@@ -209,3 +209,24 @@ def test_outputs_nvfuser_returns_with_stride0_are_made_dense(monkeypatch):
     bias, x = torch.randn(1, 4, 8, 8), torch.randn(3, 4, 8, 8)
     check_parity(lambda x, b: ((x + b).softmax(-1), (b.expand(3, 4, 8, 8) + 1).transpose(-1, -2)), x, bias)
     assert seen, "the simulation did not apply"
+
+
+def test_reshape_of_an_expand_is_materialized_first(tmp_path):
+    # Note [Expanded broadcasts are materialized]: Llama's GQA repeat_kv consumed in the fusion
+    # (the H200 gave half the values wrong when nvFuser reshaped the expanded dim itself).
+    from helpers import compile_fn
+
+    kv = randn(2, 2, 32, 16)
+
+    def f(kv):
+        rep = kv[:, :, None].expand(2, 2, 4, 32, 16).reshape(2, 8, 32, 16)
+        return rep * 2, rep
+
+    from nvfuser_dtensor_backend.region import FUSION_CACHE
+
+    check_parity(f, kv)
+    FUSION_CACHE.clear()  # built again, so written to dump_dir
+    compile_fn(f, dump_dir=str(tmp_path))(kv)
+    (text,) = [p.read_text() for p in tmp_path.iterdir()]
+    where, reshape = text.index("fd.ops.where("), text.index("fd.ops.reshape(")
+    assert where < reshape

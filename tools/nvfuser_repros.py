@@ -129,12 +129,34 @@ def case(name: str) -> None:
         torch.cuda.synchronize()
         ref = (scores.view(8, 16, 1024, 1024).float() / 8).masked_fill(causal, float("-inf")).softmax(-1)
         print(name, "max error", (outs[0].float() - ref).abs().max().item())
+    elif name.startswith("expand_reshape"):
+        # Llama's GQA repeat_kv consumed in the fusion: kv[:, :, None].expand(2, 2, 4, 32, 16)
+        # .reshape(2, 8, 32, 16) * 2, and the clone of the expand as a second output.
+        # "_materialized": a where with an all-true condition first (Note [Expanded
+        # broadcasts are materialized]).
+        with FusionDefinition() as fd:
+            tv0 = fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=[True] * 4, dtype=DataType.Float, is_cpu=False)
+            sizes = [fd.ops.size(tv0, dim=d) for d in range(4)]
+            shape = sizes[:2] + [4] + sizes[2:]
+            tv = fd.ops.expand(fd.ops.broadcast(tv0, is_broadcast_dim=[False, False, True, False, False]), shape=shape)
+            if name.endswith("materialized"):
+                tv = fd.ops.where(fd.ops.full(shape=shape, fill_value=True, dtype=DataType.Bool), tv, tv)
+            clone = fd.ops.cast(tv, dtype=DataType.Float)
+            fd.add_output(fd.ops.stride_order(clone, stride_order=[4, 3, 2, 1, 0]))
+            fd.add_output(fd.ops.mul(fd.ops.reshape(clone, new_shape=[2, 8, 32, 16]), 2.0))
+        kv = torch.randn(2, 2, 32, 16, device="cuda")
+        clone, rep2 = fd.execute([kv])
+        torch.cuda.synchronize()
+        ref = kv[:, :, None].expand(2, 2, 4, 32, 16)
+        print(name, "clone max error", (clone - ref).abs().max().item(), "strides", clone.stride(),
+              "| reshape*2 max error", (rep2 - ref.reshape(2, 8, 32, 16) * 2).abs().max().item())
     else:
         raise SystemExit(f"unknown case {name}")
 
 
 CASES = ["block_region", "parts_iota_softmax", "parts_iota_softmax+mask", "parts_input_softmax",
-         "parts_input_softmax+mask", "block_region_contiguous", "heads_strided_pinned", "heads_strided_free", "heads_contiguous_pinned", "heads_contiguous_free"]
+         "parts_input_softmax+mask", "block_region_contiguous", "heads_strided_pinned", "heads_strided_free", "heads_contiguous_pinned", "heads_contiguous_free",
+         "expand_reshape", "expand_reshape_materialized"]
 
 
 def main(argv=None) -> int:

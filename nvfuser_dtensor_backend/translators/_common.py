@@ -122,3 +122,35 @@ def all_of(*checks):
         return None
 
     return check
+
+
+# Note [Expanded broadcasts are materialized]
+# nvFuser keeps an expanded dim (``expand``, or a stride-0 input) as a broadcast with an
+# expanded extent ("bS{1 ex 4}") through set, cast and pointwise ops, where aten's value is
+# dense. nvFuser 0.2.36 on the H200 got three consumers of such dims wrong:
+# - a reshape merging the expanded dim with another (Llama's GQA ``repeat_kv``, an expand then
+#   a reshape, consumed in the fusion): half the values wrong, as if the expanded dim were
+#   the outer one of the merge (tests/test_gpu_layouts.py);
+# - an ATen embedding segment reading expanded indices (BERT's token_type_ids expanded over
+#   the batch, BART's positions ``arange(...).expand(batch, -1) + offset``): the next segment
+#   binds its dense result to the expanded domain and asserts (expr_evaluator.cpp:156);
+# - a clone of an expand returned as an alias of the input.
+# ``materialized`` gives such a value concrete iteration dims, as aten's clone does: a
+# ``where`` with an all-true condition of the full shape, exact for every dtype.
+
+
+def expanded_dims(tv) -> list[int]:
+    """Logical dims of ``tv`` that are broadcasts with an expanded extent."""
+    dims = [ax for ax in tv.get_logical_domain() if not ax.is_reduction()]
+    return [i for i, ax in enumerate(dims) if " ex " in str(ax)]
+
+
+def materialized(ctx, tv):
+    """``tv`` with its expanded broadcast dims made concrete (Note [Expanded broadcasts are
+    materialized]); ``tv`` itself when it has none."""
+    if not expanded_dims(tv):
+        return tv
+    ndim = sum(not ax.is_reduction() for ax in tv.get_logical_domain())
+    shape = [ctx.ops.size(tv, d) for d in range(ndim)]
+    true = ctx.ops.full(shape, ctx.fd.define_scalar(True, dtype=nvfuser().DataType.Bool), nvfuser().DataType.Bool)
+    return ctx.ops.where(true, tv, tv)

@@ -16,7 +16,7 @@ from torch import fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from ..registry import translator
-from ._common import LOW_PRECISION, cast, compute_dtype, float_inputs, is_tensor, out_dtype, upcast
+from ._common import LOW_PRECISION, cast, compute_dtype, float_inputs, is_tensor, materialized, out_dtype, upcast
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -517,7 +517,8 @@ def convert_element_type(ctx, a, dtype):
 
 @translator(aten.clone.default, check=_no_layout_change, compute=False)
 def clone(ctx, a, memory_format=None):
-    return ctx.ops.set(a)
+    # aten's clone of an expanded tensor is dense: Note [Expanded broadcasts are materialized]
+    return ctx.ops.set(materialized(ctx, a))
 
 
 @translator(aten.alias.default, aten.lift_fresh_copy.default, compute=False)

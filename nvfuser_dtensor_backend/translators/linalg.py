@@ -15,7 +15,7 @@ from torch import fx
 
 from ..registry import translator
 from .._nvfuser import nvfuser
-from ._common import all_of, arg_tensors, cast
+from ._common import all_of, arg_tensors, cast, materialized
 
 aten = torch.ops.aten
 
@@ -116,19 +116,15 @@ def _check_embedding(node: fx.Node) -> str | None:
     sparse = node.args[4] if len(node.args) > 4 else node.kwargs.get("sparse", False)
     if sparse:
         return "sparse embedding"
-    if any(size != 1 and stride == 0 for size, stride in zip(indices.shape, indices.stride())):
-        # BERT's token_type_ids.expand(batch, seq): nvFuser 0.2.36 binds the expanded index of
-        # its ATen embedding segment to a dense tensor and asserts (expr_evaluator.cpp:156,
-        # "Expected logical_sizes[i] == 1 || t.stride(i) == 0", H200), so the whole region fell
-        # back. docs/nvfuser_faults.md item 5.
-        return "expanded (stride-0) indices"
     return None
 
 
 @translator(aten.embedding.default, check=_check_embedding, compute=False)
 def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     # padding_idx and scale_grad_by_freq only change the backward (embedding_dense_backward).
-    return ctx.ops.embedding_fwd(indices, weight, None, None, None, None, None)
+    # Expanded indices (BERT's token_type_ids, BART's positions) are made concrete: Note
+    # [Expanded broadcasts are materialized].
+    return ctx.ops.embedding_fwd(materialized(ctx, indices), weight, None, None, None, None, None)
 
 
 # --- flash attention -------------------------------------------------------------------

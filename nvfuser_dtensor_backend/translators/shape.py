@@ -14,7 +14,7 @@ from torch import fx
 
 from .._nvfuser import nvfuser, to_nv_dtype
 from ..registry import translator
-from ._common import canonical_dim, cast, is_val, out_dtype, static_ints
+from ._common import canonical_dim, cast, is_val, materialized, out_dtype, static_ints
 
 aten = torch.ops.aten
 
@@ -45,8 +45,10 @@ def _is_symbolic(a) -> bool:
 
 @translator(aten.view.default, aten._unsafe_view.default, aten.reshape.default, compute=False)
 def view(ctx, a, shape):
-    # nvFuser resolves -1 itself, from symbolic sizes.
-    out = ctx.ops.reshape(a, list(shape))
+    # nvFuser resolves -1 itself, from symbolic sizes. An expanded input (only a clone's
+    # output in aten: a view cannot merge an expanded dim) is made concrete first: Note
+    # [Expanded broadcasts are materialized].
+    out = ctx.ops.reshape(materialized(ctx, a), list(shape))
     # A literal 1 in the new shape becomes an iteration domain of extent 1, not a broadcast
     # one, and broadcasting it against a constant size then fails while the fusion is
     # defined (INTERNAL ASSERT at csrc/ops/utils.cpp:117, "Expected sizes to match: 8 vs 1":
@@ -243,11 +245,50 @@ def _check_gather(node: fx.Node) -> str | None:
     return None
 
 
+# Note [One-hot gather and scatter]
+# Cross-entropy picks one class per row: its forward gathers with an index of extent 1 along
+# the class dim (``gather(log_probs, 1, target[:, None])``) and its backward scatters a value
+# there into zeros (``zeros.scatter(1, target[:, None], -1)``). nvFuser 0.2.36's gather and
+# scatter ops define these, but on the H200 the fusions around them failed to compile inside
+# real models (scatter: "Not all logical IDs are covered by loop domain",
+# internal_base_nodes.cpp:802, and "Disjoint loop and logical are only permitted for scatter
+# outputs", fusion_segmenter.cpp:1755; gather: a segment failing in parallel compilation and
+# transform_replay.cpp:302), so every LM's loss region fell back. With an index of extent 1
+# along ``dim`` that covers the other dims, both are pointwise against an iota of the dim:
+# - gather: ``sum(where(iota == index, a, 0), dim, keepdim)`` (one term is not zero: exact);
+# - scatter: ``where(iota == index, value, a)``.
+# Other shapes keep nvFuser's gather and scatter.
+
+
+def _one_hot(node: fx.Node, src_pos: int = 0, dim_pos: int = 1, index_pos: int = 2) -> bool:
+    """The index has extent 1 along dim and the source's extents elsewhere (Note [One-hot
+    gather and scatter])."""
+    src, index, dim = node.args[src_pos].meta["val"], node.args[index_pos].meta["val"], node.args[dim_pos]
+    if _is_symbolic(dim) or src.dim() == 0:
+        return False
+    dim = canonical_dim(dim, src.dim())
+    return index.shape[dim] == 1 and all(
+        i == s for d, (i, s) in enumerate(zip(index.shape, src.shape)) if d != dim)
+
+
+def _matches_index(ctx, a, dim: int, index):
+    """Bool tensor of ``a``'s shape: true where the position along ``dim`` equals ``index``."""
+    ndim = _rank(ctx)
+    pos = ctx.ops.iota(ctx.ops.size(a, dim), 0, 1, dtype=nvfuser().DataType.Int)
+    pos = ctx.ops.broadcast(pos, [d != dim for d in range(ndim)])
+    return ctx.ops.eq(pos, cast(ctx, index, torch.int64))
+
+
 @translator(aten.gather.default, check=_check_gather, compute=False)
 def gather(ctx, a, dim, index, sparse_grad=False):
     # aten and nvFuser agree: out[i][j][k] = a[index[i][j][k]][j][k] (dim 0), index no larger
     # than a in the other dims. sparse_grad only changes the backward.
-    return ctx.ops.gather(a, cast(ctx, index, torch.int64), canonical_dim(dim, _rank(ctx)))  # nvFuser: Int index
+    dim = canonical_dim(dim, _rank(ctx))
+    if _one_hot(ctx.node) and ctx.val.dtype != torch.bool:
+        zero = 0.0 if ctx.val.dtype.is_floating_point else 0
+        picked = ctx.ops.where(_matches_index(ctx, a, dim, index), a, zero)
+        return cast(ctx, ctx.ops.sum(picked, [dim], True), ctx.val.dtype)
+    return ctx.ops.gather(a, cast(ctx, index, torch.int64), dim)  # nvFuser: Int index
 
 
 def _check_pad(node: fx.Node) -> str | None:
@@ -313,9 +354,14 @@ def slice_scatter(ctx, a, src, dim=0, start=None, end=None, step=1):
         return ctx.ops.set(src)
     n = ctx.ops.size(a, dim)
     left = _bound(ctx, a, dim, start, 0)
+    pos = ctx.ops.iota(n, 0, 1, dtype=nvfuser().DataType.Int)
+    if _input_size1(ctx, 1)[dim]:
+        # src of extent 1 there is a broadcast dim: it needs no pad (nvFuser 0.2.36 failed
+        # to compile the pad of a broadcast dim on the H200, bfs.h:261), the where broadcasts it.
+        inside = ctx.ops.broadcast(ctx.ops.eq(pos, left), [i != dim for i in range(ndim)])
+        return ctx.ops.where(inside, src, a)
     right = ctx.ops.sub(ctx.ops.sub(n, left), ctx.ops.size(src, dim))
     padded = ctx.ops.pad(src, [0, 0] * (ndim - 1 - dim) + [left, right])
-    pos = ctx.ops.iota(n, 0, 1, dtype=nvfuser().DataType.Int)
     inside = ctx.ops.logical_and(ctx.ops.ge(pos, left), ctx.ops.lt(pos, ctx.ops.sub(n, right)))
     inside = ctx.ops.broadcast(inside, [i != dim for i in range(ndim)])
     return ctx.ops.where(inside, padded, a)
@@ -376,9 +422,13 @@ def scatter_value(ctx, a, dim, index, value):
     # scatter(self, index, full(index's shape, value), dim). Duplicate indices write the same
     # value, so the result is defined.
     ndim = _rank(ctx)
+    dim = canonical_dim(dim, ndim)
+    if _one_hot(ctx.node):  # Note [One-hot gather and scatter]
+        fill = float(value) if ctx.val.dtype.is_floating_point else int(value)
+        return cast(ctx, ctx.ops.where(_matches_index(ctx, a, dim, index), fill, a), ctx.val.dtype)
     shape = [ctx.ops.size(index, d) for d in range(ndim)]
     src = ctx.ops.full(shape, value, to_nv_dtype(ctx.val.dtype))
-    return ctx.ops.scatter(a, cast(ctx, index, torch.int64), src, canonical_dim(dim, ndim))
+    return ctx.ops.scatter(a, cast(ctx, index, torch.int64), src, dim)
 
 
 def _check_index(node: fx.Node) -> str | None:

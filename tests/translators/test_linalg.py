@@ -203,7 +203,7 @@ def _attention_reference(q, k, v, causal, scale):
     q, k, v = (t.double() for t in (q, k, v))
     s = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
     if causal:
-        mask = torch.ones(s.shape[-2:], dtype=torch.bool).tril()
+        mask = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
         s = s.masked_fill(~mask, float("-inf"))
     return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
 
@@ -328,10 +328,19 @@ def test_cudnn_sdpa_parity_gpu(causal):
     assert not set(ops) & set(fused_ops())
 
 
-def test_embedding_with_expanded_indices_stays_in_pytorch():
-    # docs/nvfuser_faults.md item 5: BERT's token_type_ids.expand(batch, seq).
+def test_embedding_with_expanded_indices_is_materialized(tmp_path):
+    # Note [Expanded broadcasts are materialized]: BERT's token_type_ids.expand(batch, seq) and
+    # BART's positions arange(seq).expand(batch, -1) + offset; the indices reach nvFuser's ATen
+    # embedding segment as concrete dims (docs/nvfuser_faults.md item 5).
     from helpers import compile_fn, fused_ops
-    weight, ids = torch.randn(16, 8), torch.randint(0, 16, (1, 6))
-    f = lambda w, i: (torch.nn.functional.embedding(i.expand(3, 6), w) * 2).exp()  # noqa: E731
-    torch.testing.assert_close(compile_fn(f)(weight, ids), f(weight, ids))
-    assert "aten.embedding.default" not in fused_ops()
+    weight, ids = randn(16, 8), torch.randint(0, 16, (1, 6), device=DEVICE)
+    cases = [
+        lambda w, i: (torch.nn.functional.embedding(i.expand(3, 6), w) * 2).exp(),
+        lambda w, i: torch.nn.functional.embedding(torch.arange(6, device=w.device).expand(3, -1) + 2, w) * 3,
+    ]
+    for n, f in enumerate(cases):
+        dump = tmp_path / str(n)
+        torch.testing.assert_close(compile_fn(f, dump_dir=str(dump))(weight, ids), f(weight, ids))
+        assert "aten.embedding.default" in fused_ops()
+        text = "".join(p.read_text() for p in dump.iterdir())
+        assert "fd.ops.where(" in text and "embedding_fwd" in text

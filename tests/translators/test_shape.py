@@ -134,6 +134,25 @@ def test_gather_smaller_index_and_size1(dtype):
                  expect_ops=["aten.gather.default"], backward=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_gather_one_hot(dtype):
+    # Note [One-hot gather and scatter]: an index of extent 1 along dim, full elsewhere
+    x = randn(4, 6, 5, dtype=dtype, requires_grad=dtype.is_floating_point)
+    check_parity(lambda x, i: torch.gather(x * 2, 1, i) + 1, x, _index((4, 1, 5), 6),
+                 expect_ops=["aten.gather.default"], backward=dtype.is_floating_point)
+    check_parity(lambda x, i: torch.gather(x * 3, -1, i) - 1, x, _index((4, 6, 1), 5),
+                 expect_ops=["aten.gather.default"], backward=dtype.is_floating_point)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cross_entropy_fuses_the_gather(dtype):
+    logits = randn(16, 40, dtype=dtype, requires_grad=True)
+    labels = torch.randint(0, 40, (16,), device=logits.device)
+    labels[3] = -100  # ignore_index
+    check_parity(lambda x, y: torch.nn.functional.cross_entropy(x.float() * 2, y), logits, labels,
+                 expect_ops=["aten.gather.default"], backward=True)
+
+
 def test_gather_int32_index():
     x = randn(3, 8, dtype=torch.bfloat16)
     check_parity(lambda x, i: torch.gather(x * 2, 1, i) - 1, x, _index((3, 5), 8).int(),
