@@ -136,6 +136,16 @@ def _announce_evaluator() -> None:
         )
 
 
+# Note [Fusion outputs are fresh tensors]
+# aten's graph promises that a region output is a new tensor (Note [Region outputs are not
+# views], partition.py), and AOTAutograd and the autograd engine rely on it: a gradient that
+# arrives as a graph output may be accumulated into in place, and a saved activation is
+# assumed not to share memory with anything written later. nvFuser returns an output that
+# only moves data as an alias of its input when it can (an expand then a clone came back so
+# on the H200), so an output that is a view (nvFuser makes aliases with ATen view ops) is
+# copied. The check is one attribute read per output; fresh outputs are left alone.
+
+
 class _NvFuserEntry:
     __slots__ = ("run", "index", "single", "permutes", "dense")
 
@@ -148,6 +158,8 @@ class _NvFuserEntry:
 
     def __call__(self, args):
         outs = self.run(args)
+        if any(o._is_view() for o in outs):  # Note [Fusion outputs are fresh tensors]
+            outs = [o.clone() if o._is_view() else o for o in outs]
         if self.dense:  # every permuted output is a dense one too
             outs = list(outs)
             for i in self.dense:

@@ -12,7 +12,7 @@ set -uo pipefail
 out="${OUT:-/tmp/gpu-zoo}"; mkdir -p "$out/logs"
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation . > "$out/logs/install.log" 2>&1 || { tail -20 "$out/logs/install.log"; exit 1; }
-timeout 120 python3 -m tools.nvfuser_repros > "$out/logs/repros.log" 2>&1 &
+timeout 240 python3 -m tools.nvfuser_repros > "$out/logs/repros.log" 2>&1 &
 NVFUSER_DTENSOR_CHECK_LAYOUTS=1 timeout 300 python3 scripts/gpu_fault_probe.py llama --steps 1 > "$out/logs/llama_layouts.log" 2>&1 &
 # The layout and translator tests on CUDA (the layout check is on in the suite): GPU_TESTS=0 skips.
 if [ "${GPU_TESTS:-1}" = 1 ]; then

@@ -230,3 +230,19 @@ def test_reshape_of_an_expand_is_materialized_first(tmp_path):
     (text,) = [p.read_text() for p in tmp_path.iterdir()]
     where, reshape = text.index("fd.ops.where("), text.index("fd.ops.reshape(")
     assert where < reshape
+
+
+def test_fusion_outputs_that_alias_inputs_are_copied():
+    # Note [Fusion outputs are fresh tensors]: nvFuser may return an output as a view of its
+    # input; the region hands out a new tensor, as aten's graph promised.
+    from types import SimpleNamespace
+
+    from nvfuser_dtensor_backend.region import _NvFuserEntry
+
+    x = randn(4, 6)
+    fd = SimpleNamespace(execute=lambda args: [args[0].view(4, 6), args[0] * 2])
+    built = SimpleNamespace(fd=fd, output_index=[0, 1], output_permutes=(), dense_outputs=())
+    alias, fresh = _NvFuserEntry(built, single=False)([x])
+    assert alias.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    torch.testing.assert_close(alias, x)
+    torch.testing.assert_close(fresh, x * 2)

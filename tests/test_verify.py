@@ -27,13 +27,13 @@ def test_a_right_region_is_quiet():
 
 def test_a_wrong_region_is_named(monkeypatch):
     # An entry that returns a wrong value, as nvFuser did on the H200 for an expanded reshape.
-    call = region_mod._EvaluatorEntry.__call__
+    call = region_mod._NvFuserEntry.__call__  # the evaluator entry inherits it
 
     def wrong(self, args):
         out = call(self, args)
         return tuple(o.flip(0) for o in out) if isinstance(out, tuple) else out.flip(0)
 
-    monkeypatch.setattr(region_mod._EvaluatorEntry, "__call__", wrong)
+    monkeypatch.setattr(region_mod._NvFuserEntry, "__call__", wrong)
     x = randn(8, 32)
     out, found = _run(lambda x: torch.tanh(x) * 3, x, verify=True)
     assert len(found) == 1

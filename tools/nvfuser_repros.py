@@ -154,9 +154,8 @@ def case(name: str) -> None:
         raise SystemExit(f"unknown case {name}")
 
 
-CASES = ["block_region", "parts_iota_softmax", "parts_iota_softmax+mask", "parts_input_softmax",
-         "parts_input_softmax+mask", "block_region_contiguous", "heads_strided_pinned", "heads_strided_free", "heads_contiguous_pinned", "heads_contiguous_free",
-         "expand_reshape", "expand_reshape_materialized"]
+CASES = ["expand_reshape", "expand_reshape_materialized", "block_region", "parts_iota_softmax", "parts_iota_softmax+mask", "parts_input_softmax",
+         "parts_input_softmax+mask", "block_region_contiguous", "heads_strided_pinned", "heads_strided_free", "heads_contiguous_pinned", "heads_contiguous_free"]
 
 
 def main(argv=None) -> int:

@@ -98,7 +98,18 @@ def _softmax_backward_data(ctx, grad_output, output, dim, input_dtype):
     return ctx.ops.mul(y, ctx.ops.sub(g, sum_of(ctx, ctx.ops.mul(g, y), dims, keepdim=True)))
 
 
-@translator(aten._log_softmax_backward_data.default)
+def _check_log_softmax_backward(node) -> str | None:
+    from .shape import MAX_VERIFIED_CLASSES
+
+    val = node.args[1].meta["val"]
+    width = val.shape[node.args[2]] if val.dim() else 1
+    if not isinstance(width, int) or width > MAX_VERIFIED_CLASSES:
+        return (f"log_softmax backward over {width} classes: above {MAX_VERIFIED_CLASSES}, unverified on the GPU "
+                "(Qwen2's 151936 faulted; Note [One-hot scatter] in translators/shape.py)")
+    return None
+
+
+@translator(aten._log_softmax_backward_data.default, check=_check_log_softmax_backward)
 def _log_softmax_backward_data(ctx, grad_output, output, dim, input_dtype):
     g, y = upcast(ctx, grad_output), upcast(ctx, output)
     dims = _softmax_dim(y, dim)

@@ -183,7 +183,15 @@ def _check_slice(node: fx.Node) -> str | None:
 @translator(aten.slice.Tensor, check=_check_slice, compute=False)
 def nv_slice(ctx, a, dim=0, start=None, end=None, step=1):
     ndim = _rank(ctx)
-    return _slice_dim(ctx, a, ndim, canonical_dim(dim, ndim), start, end)
+    dim = canonical_dim(dim, ndim)
+    out = _slice_dim(ctx, a, ndim, dim, start, end)
+    if ctx.val.shape[dim] == 1 and not _input_size1(ctx)[dim]:
+        # A slice to one element leaves an iteration dim of extent 1 where aten's size-1 dim
+        # broadcasts; mixed with a broadcast dim (the slice_scatter backward of a size-1
+        # source) nvFuser 0.2.36 failed to compile it on the H200 (bfs.h:261). Squeezed and
+        # broadcast again, as view does for a literal 1.
+        out = ctx.ops.broadcast(ctx.ops.squeeze(out, [dim]), [d == dim for d in range(ndim)])
+    return out
 
 
 @translator(aten.select.int, check=static_ints(1, 2), compute=False)
@@ -245,50 +253,41 @@ def _check_gather(node: fx.Node) -> str | None:
     return None
 
 
-# Note [One-hot gather and scatter]
-# Cross-entropy picks one class per row: its forward gathers with an index of extent 1 along
-# the class dim (``gather(log_probs, 1, target[:, None])``) and its backward scatters a value
-# there into zeros (``zeros.scatter(1, target[:, None], -1)``). nvFuser 0.2.36's gather and
-# scatter ops define these, but on the H200 the fusions around them failed to compile inside
-# real models (scatter: "Not all logical IDs are covered by loop domain",
-# internal_base_nodes.cpp:802, and "Disjoint loop and logical are only permitted for scatter
-# outputs", fusion_segmenter.cpp:1755; gather: a segment failing in parallel compilation and
-# transform_replay.cpp:302), so every LM's loss region fell back. With an index of extent 1
-# along ``dim`` that covers the other dims, both are pointwise against an iota of the dim:
-# - gather: ``sum(where(iota == index, a, 0), dim, keepdim)`` (one term is not zero: exact);
-# - scatter: ``where(iota == index, value, a)``.
-# Other shapes keep nvFuser's gather and scatter.
+# Note [One-hot scatter]
+# Cross-entropy's backward makes its one-hot by scattering a value into zeros at one class
+# per row (``zeros.scatter(1, target[:, None], -1)``). nvFuser 0.2.36's scatter defines it,
+# but on the H200 the fusion around it failed to compile in every LM's loss region ("Not all
+# logical IDs are covered by loop domain", internal_base_nodes.cpp:802; "Disjoint loop and
+# logical are only permitted for scatter outputs", fusion_segmenter.cpp:1755), which then
+# fell back. With an index of extent 1 along ``dim`` that covers the other dims it is a
+# pointwise op against an iota of the dim: ``where(iota == index, value, self)``; the H200
+# ran it in Llama, Mistral, Phi, BERT and T5 (vocabularies of 30522 to 51200). Qwen2's
+# training step (vocabulary 151936) then faulted ("unspecified launch failure"; not yet
+# bisected, docs/nvfuser_faults.md item 6), in this region or in its log_softmax backward,
+# neither of which had run in nvFuser at that width: so both stay in PyTorch for a class dim
+# wider than ``MAX_VERIFIED_CLASSES``. Other shapes keep nvFuser's scatter. The same rewrite
+# of the forward's one-class ``gather`` (a masked sum) did not help: nvFuser failed to
+# compile it inside the loss regions as it fails on its gather there.
+MAX_VERIFIED_CLASSES = 65536
 
 
-def _one_hot(node: fx.Node, src_pos: int = 0, dim_pos: int = 1, index_pos: int = 2) -> bool:
-    """The index has extent 1 along dim and the source's extents elsewhere (Note [One-hot
-    gather and scatter])."""
-    src, index, dim = node.args[src_pos].meta["val"], node.args[index_pos].meta["val"], node.args[dim_pos]
+def one_hot_width(node: fx.Node) -> int | None:
+    """The extent of ``dim`` when a scatter/gather node's index has extent 1 along dim and the
+    source's extents elsewhere (Note [One-hot scatter]), else None."""
+    src, index, dim = node.args[0].meta["val"], node.args[2].meta["val"], node.args[1]
     if _is_symbolic(dim) or src.dim() == 0:
-        return False
+        return None
     dim = canonical_dim(dim, src.dim())
-    return index.shape[dim] == 1 and all(
-        i == s for d, (i, s) in enumerate(zip(index.shape, src.shape)) if d != dim)
-
-
-def _matches_index(ctx, a, dim: int, index):
-    """Bool tensor of ``a``'s shape: true where the position along ``dim`` equals ``index``."""
-    ndim = _rank(ctx)
-    pos = ctx.ops.iota(ctx.ops.size(a, dim), 0, 1, dtype=nvfuser().DataType.Int)
-    pos = ctx.ops.broadcast(pos, [d != dim for d in range(ndim)])
-    return ctx.ops.eq(pos, cast(ctx, index, torch.int64))
+    if index.shape[dim] == 1 and all(i == s for d, (i, s) in enumerate(zip(index.shape, src.shape)) if d != dim):
+        return src.shape[dim] if isinstance(src.shape[dim], int) else MAX_VERIFIED_CLASSES + 1
+    return None
 
 
 @translator(aten.gather.default, check=_check_gather, compute=False)
 def gather(ctx, a, dim, index, sparse_grad=False):
     # aten and nvFuser agree: out[i][j][k] = a[index[i][j][k]][j][k] (dim 0), index no larger
     # than a in the other dims. sparse_grad only changes the backward.
-    dim = canonical_dim(dim, _rank(ctx))
-    if _one_hot(ctx.node) and ctx.val.dtype != torch.bool:
-        zero = 0.0 if ctx.val.dtype.is_floating_point else 0
-        picked = ctx.ops.where(_matches_index(ctx, a, dim, index), a, zero)
-        return cast(ctx, ctx.ops.sum(picked, [dim], True), ctx.val.dtype)
-    return ctx.ops.gather(a, cast(ctx, index, torch.int64), dim)  # nvFuser: Int index
+    return ctx.ops.gather(a, cast(ctx, index, torch.int64), canonical_dim(dim, _rank(ctx)))  # nvFuser: Int index
 
 
 def _check_pad(node: fx.Node) -> str | None:
@@ -413,6 +412,10 @@ def _check_scatter_value(node: fx.Node) -> str | None:
         return "scatter with a reduction"
     if _is_symbolic(node.args[3]) or _is_symbolic(node.args[1]):
         return "symbolic value or dim"
+    width = one_hot_width(node)
+    if width is not None and width > MAX_VERIFIED_CLASSES:
+        return (f"one-class scatter over {width} classes: above {MAX_VERIFIED_CLASSES}, unverified on the GPU "
+                "(Qwen2's 151936 faulted; Note [One-hot scatter])")
     return None
 
 
@@ -423,9 +426,11 @@ def scatter_value(ctx, a, dim, index, value):
     # value, so the result is defined.
     ndim = _rank(ctx)
     dim = canonical_dim(dim, ndim)
-    if _one_hot(ctx.node):  # Note [One-hot gather and scatter]
+    if one_hot_width(ctx.node) is not None:  # Note [One-hot scatter]
+        pos = ctx.ops.iota(ctx.ops.size(a, dim), 0, 1, dtype=nvfuser().DataType.Int)
+        hit = ctx.ops.eq(ctx.ops.broadcast(pos, [d != dim for d in range(ndim)]), cast(ctx, index, torch.int64))
         fill = float(value) if ctx.val.dtype.is_floating_point else int(value)
-        return cast(ctx, ctx.ops.where(_matches_index(ctx, a, dim, index), fill, a), ctx.val.dtype)
+        return cast(ctx, ctx.ops.where(hit, fill, a), ctx.val.dtype)
     shape = [ctx.ops.size(index, d) for d in range(ndim)]
     src = ctx.ops.full(shape, value, to_nv_dtype(ctx.val.dtype))
     return ctx.ops.scatter(a, cast(ctx, index, torch.int64), src, dim)

@@ -144,13 +144,18 @@ def test_gather_one_hot(dtype):
                  expect_ops=["aten.gather.default"], backward=dtype.is_floating_point)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cross_entropy_fuses_the_gather(dtype):
-    logits = randn(16, 40, dtype=dtype, requires_grad=True)
-    labels = torch.randint(0, 40, (16,), device=logits.device)
-    labels[3] = -100  # ignore_index
-    check_parity(lambda x, y: torch.nn.functional.cross_entropy(x.float() * 2, y), logits, labels,
-                 expect_ops=["aten.gather.default"], backward=True)
+def test_cross_entropy_backward_over_a_huge_vocabulary_stays_in_pytorch():
+    # Note [One-hot scatter]: Qwen2's 151936 classes faulted on the H200; above 65536 the
+    # one-hot scatter and the log_softmax backward stay in PyTorch, the rest stays fused.
+    from helpers import fused_ops
+
+    logits = randn(2, 70000, requires_grad=True)
+    labels = torch.randint(0, 70000, (2,), device=logits.device)
+    check_parity(lambda x, y: torch.nn.functional.cross_entropy(x * 2, y), logits, labels, backward=True,
+                 fused=False)
+    ops = fused_ops()
+    assert "aten.scatter.value" not in ops and "aten._log_softmax_backward_data.default" not in ops
+    assert "aten._log_softmax.default" in ops
 
 
 def test_gather_int32_index():
