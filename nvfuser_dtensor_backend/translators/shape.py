@@ -265,7 +265,7 @@ def _check_gather(node: fx.Node) -> str | None:
 # training step (vocabulary 151936) then faulted ("unspecified launch failure"; not yet
 # bisected, docs/nvfuser_faults.md item 6), in this region or in its log_softmax backward,
 # neither of which had run in nvFuser at that width: so both stay in PyTorch for a class dim
-# wider than ``MAX_VERIFIED_CLASSES``. Other shapes keep nvFuser's scatter. The same rewrite
+# wider than ``MAX_VERIFIED_CLASSES`` (Qwen2's step then ran on the H200 and matched eager). Other shapes keep nvFuser's scatter. The same rewrite
 # of the forward's one-class ``gather`` (a masked sum) did not help: nvFuser failed to
 # compile it inside the loss regions as it fails on its gather there.
 MAX_VERIFIED_CLASSES = 65536
