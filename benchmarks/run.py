@@ -70,13 +70,20 @@ def parse_backend(backend: str) -> tuple[str, dict | None]:
     return name, {flag: True for flag in flags.split("+") if flag} or None
 
 
+def compile_kwargs(name: str, options: dict | None) -> dict:
+    """``torch.compile`` keyword arguments of a parsed backend: ``inductor:reduce-overhead`` is
+    inductor's CUDA-graph mode (``mode="reduce-overhead"``), other flags are backend options."""
+    if name == "inductor" and options and options.pop("reduce-overhead", False):
+        return dict(backend=name, mode="reduce-overhead", options=options or None, dynamic=False)
+    return dict(backend=name, options=options, dynamic=False)
+
+
 def _compile(fn, backend: str):
-    """``backend`` is eager, inductor, nvfuser_dtensor, or nvfuser_dtensor:<bool option>[+<option>...]
-    (e.g. ``nvfuser_dtensor:global_view+fuse_matmul``)."""
+    """``backend`` is eager, inductor, inductor:reduce-overhead, nvfuser_dtensor, or
+    nvfuser_dtensor:<bool option>[+<option>...] (e.g. ``nvfuser_dtensor:global_view+fuse_matmul``)."""
     if backend == "eager":
         return fn
-    name, options = parse_backend(backend)
-    return torch.compile(fn, backend=name, options=options, dynamic=False)
+    return torch.compile(fn, **compile_kwargs(*parse_backend(backend)))
 
 
 def _row(case, size, dtype, mode, backend) -> dict:

@@ -61,6 +61,9 @@ def _module(model) -> torch.nn.Module:
 
 def run_step(model, inputs, loss_fn, train: bool, collect: bool = True) -> Step | None:
     """One step; ``inputs`` is a zoo ``Batch``. ``collect=False`` (timing) returns None."""
+    # A new step for CUDA graphs (cudagraph trees: inductor's reduce-overhead, our cuda_graphs):
+    # outputs of the last replay may be overwritten from here on, so a Step keeps copies.
+    torch.compiler.cudagraph_mark_step_begin()
     if train:
         model.train()
         model.zero_grad(set_to_none=True)
@@ -71,13 +74,13 @@ def run_step(model, inputs, loss_fn, train: bool, collect: bool = True) -> Step 
             return None
         grads = {n: (p.grad.detach().clone() if p.grad is not None else None)
                  for n, p in _module(model).named_parameters()}
-        return Step(loss.detach(), main_output(out).detach(), grads)
+        return Step(loss.detach().clone(), main_output(out).detach().clone(), grads)
     model.eval()
     with torch.no_grad():
         out = model(**inputs.kwargs)
         if not collect:
             return None
-        return Step(loss_fn(out, inputs).detach(), main_output(out).detach(), {})
+        return Step(loss_fn(out, inputs).detach().clone(), main_output(out).detach().clone(), {})
 
 
 def compile_model(model: torch.nn.Module, backend: str, options: dict | None = None):
@@ -90,7 +93,9 @@ def compile_model(model: torch.nn.Module, backend: str, options: dict | None = N
         import nvfuser_dtensor_backend as nb
 
         nb.clear_reports()
-    return torch.compile(copied, backend=backend, options=options or None, dynamic=False)
+    from .run import compile_kwargs
+
+    return torch.compile(copied, **compile_kwargs(backend, dict(options) if options else None))
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -24,6 +24,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ._nvfuser import multidevice_abi_reason, nvfuser
+from .cuda_graphs import CudaGraphs, wants_cuda_graphs
 from .decompositions import decomposition_table
 from .distributed.global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
 from .options import Options
@@ -199,9 +200,13 @@ def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = N
         log.warning("nvfuser_dtensor: DTensor graph takes the local path (per-rank fusions, collectives run "
                     "by PyTorch): %s", reason)
 
+    graphs = CudaGraphs(len(example_inputs)) if wants_cuda_graphs(opts.cuda_graphs, example_inputs) else None
+
     def compiler(kind):
         def compile_fn(g, inputs):
-            return compile_aten_graph(g, inputs, opts, kind)
+            wrap = graphs.plan(kind, g, inputs) if graphs is not None else None  # before partition() rewrites g
+            compiled = compile_aten_graph(g, inputs, opts, kind)
+            return wrap(compiled) if wrap is not None else compiled
 
         return compile_fn
 

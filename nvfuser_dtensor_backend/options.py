@@ -40,6 +40,12 @@ class Options:
             region output's strides are compared with the ones aten recorded, on every
             call; a mismatch raises ``LayoutContractError``. Also set by the environment
             variable ``NVFUSER_DTENSOR_CHECK_LAYOUTS=1`` (the test suite sets it).
+        cuda_graphs: replay the compiled forward and backward as CUDA graphs through
+            PyTorch's cudagraph trees (cuda_graphs.py, Note [CUDA graphs through cudagraph
+            trees]): ``True``, ``False`` or ``"auto"`` (default; for now off: it becomes "on
+            for CUDA graphs with static shapes" once measured on the H200). Graphs that cannot
+            be captured (CPU, input mutations, host syncs, dynamic shapes) run as they are,
+            with one log line.
         verify: debug mode for wrong numbers: every region also runs in PyTorch on the same
             inputs, and an output beyond its dtype's tolerance is reported with a
             ``RegionMismatchWarning`` naming the region (verify.py). Doubles the work of each
@@ -54,6 +60,7 @@ class Options:
     global_view: bool | str = "auto"
     check_layouts: bool = False
     verify: bool = False
+    cuda_graphs: bool | str = "auto"
 
     @staticmethod
     def from_dict(options: dict[str, Any] | None) -> "Options":
@@ -82,6 +89,8 @@ class Options:
         for name in ("check_layouts", "verify"):
             if not isinstance(getattr(opts, name), bool):
                 raise OptionsError(f"{name} must be a bool, got {getattr(opts, name)!r}")
+        if opts.cuda_graphs not in (True, False, "auto"):
+            raise OptionsError(f"cuda_graphs must be True, False or 'auto', got {opts.cuda_graphs!r}")
         if opts.global_view not in (True, False, "auto"):
             raise OptionsError(f"global_view must be True, False or 'auto', got {opts.global_view!r}")
         if opts.dump_dir is not None and not isinstance(opts.dump_dir, (str, os.PathLike)):

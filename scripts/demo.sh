@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: a small GPT-style transformer through torch.compile(backend="nvfuser_dtensor").
+# The main job: a Hugging Face model (Llama, from its config class) through torch.compile(backend="nvfuser_dtensor").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/venv.sh

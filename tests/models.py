@@ -1,4 +1,4 @@
-"""Small transformer pieces shared by tests, the demo and the benchmarks."""
+"""Small transformer pieces shared by tests and the benchmarks."""
 
 from __future__ import annotations
 

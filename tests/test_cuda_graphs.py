@@ -1,0 +1,110 @@
+"""options.cuda_graphs: compiled graphs replayed through cudagraph trees (cuda_graphs.py)."""
+
+import logging
+
+import pytest
+import torch
+from torch import fx
+
+from nvfuser_dtensor_backend.cuda_graphs import skip_reason
+from nvfuser_dtensor_backend.options import Options, OptionsError
+
+from helpers import DEVICE, compile_fn, randn
+
+gpu = pytest.mark.gpu
+
+
+def test_option_is_checked():
+    assert Options.from_dict({}).cuda_graphs == "auto"
+    assert Options.from_dict({"cuda_graphs": True}).cuda_graphs is True
+    with pytest.raises(OptionsError, match="cuda_graphs must be"):
+        Options.from_dict({"cuda_graphs": "yes"})
+
+
+def _aten_graph(fn, *args) -> fx.GraphModule:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with FakeTensorMode() as mode:
+        fake = [mode.from_tensor(a) for a in args]
+        return make_fx(fn)(*fake)
+
+
+def test_a_graph_that_mutates_an_input_is_not_captured():
+    def mutating(x, y):
+        x.add_(1)
+        return x * y
+
+    gm = _aten_graph(mutating, torch.randn(3), torch.randn(3))
+    assert "mutat" in skip_reason(gm, [torch.randn(3), torch.randn(3)], 0)
+
+
+def test_cpu_graphs_run_as_they_are_with_one_log_line(caplog):
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    x = torch.randn(3, 8, requires_grad=True)
+    with caplog.at_level(logging.WARNING, logger="nvfuser_dtensor_backend"):
+        out = compile_fn(m, cuda_graphs=True)(x)
+        out.sum().backward()
+    torch.testing.assert_close(out, m(x))
+    lines = [r.getMessage() for r in caplog.records if "without CUDA graphs" in r.getMessage()]
+    assert len(lines) == 1 and "forward" in lines[0]
+
+
+# --- on the GPU ---------------------------------------------------------------------------
+
+
+def _captured(caplog) -> int:
+    return sum("replays as a CUDA graph" in r.getMessage() for r in caplog.records)
+
+
+@gpu
+def test_training_steps_match_eager_across_optimizer_steps(caplog):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(approximate="tanh"),
+                                torch.nn.LayerNorm(256), torch.nn.Linear(256, 64)).to(DEVICE)
+    ref = __import__("copy").deepcopy(model)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
+    with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
+        compiled = compile_fn(model, cuda_graphs=True)
+        for step in range(4):  # warm-up, record, then replays; new inputs and new weights each step
+            x = randn(32, 64)
+            torch.compiler.cudagraph_mark_step_begin()
+            loss = compiled(x).square().mean()
+            loss.backward()
+            ref_loss = ref(x).square().mean()
+            ref_loss.backward()
+            torch.testing.assert_close(loss, ref_loss, rtol=1e-4, atol=1e-5)
+            for p, q in zip(model.parameters(), ref.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+            for o in (opt, ref_opt):
+                o.step()
+                o.zero_grad(set_to_none=True)
+    assert _captured(caplog) == 2  # forward and backward
+
+
+@gpu
+def test_an_overwritten_output_raises_instead_of_changing():
+    f = compile_fn(lambda x: torch.nn.functional.gelu(x * 2) + 1, cuda_graphs=True)
+    for _ in range(3):  # warm-up and record
+        torch.compiler.cudagraph_mark_step_begin()
+        f(randn(16, 32))
+    torch.compiler.cudagraph_mark_step_begin()
+    first = f(randn(16, 32))
+    kept = first.clone()
+    torch.compiler.cudagraph_mark_step_begin()
+    f(randn(16, 32))
+    with pytest.raises(RuntimeError, match="overwritten"):
+        first + 1
+    assert not torch.equal(kept, torch.zeros_like(kept))
+
+
+@gpu
+def test_dropout_draws_new_numbers_on_every_replay():
+    f = compile_fn(lambda x: torch.nn.functional.dropout(x * 2, p=0.5, training=True), cuda_graphs=True)
+    x = torch.ones(256, 256, device=DEVICE)
+    masks = []
+    for _ in range(5):
+        torch.compiler.cudagraph_mark_step_begin()
+        masks.append((f(x) != 0).clone())
+    assert all(not torch.equal(masks[-1], m) for m in masks[-3:-1])
+    assert 0.45 < masks[-1].float().mean().item() < 0.55
