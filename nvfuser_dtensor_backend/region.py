@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import threading
 import warnings
 from collections import OrderedDict
@@ -368,4 +369,14 @@ def _first_line(e: BaseException) -> str:
     text = lines[0] if lines else ""
     if "please report a bug" in text and len(lines) > 1:
         text += " " + lines[1]
-    return f"{type(e).__name__}: {text}"
+    # A failure in nvFuser's parallel compilation says only that; the segment's own error
+    # follows ("Error from segmentation group N: ..." and the line that says what).
+    for i, ln in enumerate(lines):
+        if ln.startswith("Error from segmentation group"):
+            cause = ln + (" " + lines[i + 1][:300] if i + 1 < len(lines) else "")
+            text += " First segment error: " + cause
+            break
+    return f"{type(e).__name__}: {_REPORT_A_BUG.sub('', text)}"
+
+
+_REPORT_A_BUG = re.compile(r",? please report a bug with repro script to NVFuser at \S+")

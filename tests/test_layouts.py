@@ -246,3 +246,20 @@ def test_fusion_outputs_that_alias_inputs_are_copied():
     assert alias.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
     torch.testing.assert_close(alias, x)
     torch.testing.assert_close(fresh, x * 2)
+
+
+def test_fallback_reason_names_the_failing_segment():
+    # nvFuser's parallel compile error says only that a segment failed; the reason says which.
+    from nvfuser_dtensor_backend.region import _first_line
+
+    text = ("INTERNAL ASSERT FAILED at /workspace/Fuser/csrc/runtime/fusion_kernel_runtime.cpp:476, please report a "
+            "bug with repro script to NVFuser at https://github.com/NVIDIA/Fuser/issues. \n"
+            "Expected thread_pool_error_message.empty() . Detected exception while compiling fusion segments in "
+            "parallel.\nUse NVFUSER_DISABLE=parallel_compile to simplify error message.\n"
+            "Error from segmentation group 3:  INTERNAL ASSERT FAILED at /workspace/Fuser/csrc/bfs.h:261, please "
+            "report a bug with repro script to NVFuser at https://github.com/NVIDIA/Fuser/issues. \n"
+            "BFS traversal could not visit some nodes\nException raised from traverse")
+    reason = _first_line(RuntimeError(text))
+    assert "fusion_kernel_runtime.cpp:476" in reason and "Detected exception" in reason
+    assert "segmentation group 3" in reason and "bfs.h:261" in reason and "BFS traversal could not visit" in reason
+    assert "please report a bug" not in reason
