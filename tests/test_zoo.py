@@ -91,3 +91,35 @@ def test_errors_measure_relative_to_all_gradients():
     loss_err, grad_err = zoo_check.errors(got, ref, train=True)
     assert loss_err == pytest.approx(0.1) and grad_err == pytest.approx(0.4 / 2)  # ||0.2 x 4|| / ||ones(4)||
     assert zoo_check.errors(got, ref, train=False) == (0.0, None)
+
+
+def test_steady_state_builds_nothing_new():
+    # Issue 13: after the first steps nothing compiles or re-keys. Train and inference steps
+    # alternate on new inputs; no region prepares a new entry and dynamo compiles no new frame.
+    import torch._dynamo.utils as dynamo_utils
+
+    from nvfuser_dtensor_backend.region import FusedRegion
+
+    zm = zoo.build("gpt2", "tiny", DEVICE, torch.float32)
+    model = zoo_check.compile_model(zm.model, "nvfuser_dtensor")
+    prepared = []
+    original = FusedRegion._prepare
+
+    def counting(self, args, key):
+        prepared.append(self.name)
+        return original(self, args, key)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NvFuserFallbackWarning)
+        for train in (True, False):  # warm-up: both modes
+            zoo_check.run_step(model, zm.make_inputs(0), zm.loss_fn, train, collect=False)
+        frames = dynamo_utils.counters["stats"]["unique_graphs"]
+        FusedRegion._prepare = counting
+        try:
+            for seed in (1, 2):
+                for train in (True, False, True):
+                    zoo_check.run_step(model, zm.make_inputs(seed), zm.loss_fn, train, collect=False)
+        finally:
+            FusedRegion._prepare = original
+    assert prepared == []
+    assert dynamo_utils.counters["stats"]["unique_graphs"] == frames
