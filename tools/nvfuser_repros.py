@@ -97,6 +97,49 @@ def _define_block_parts(fd, DataType, mask: str, outputs: str):
         fd.add_output(tv15)
 
 
+def _define_qwen2_loss_backward(fd, DataType, b, s, v):
+    """The backend's definition of Qwen2's loss backward region (tiny dump, 661e4d9 with the
+    >65536-class guard lifted): one-hot scatter as iota-where, log_softmax backward, the add of
+    the logits' other gradient. Literal shape [b, s, v] in place of the tiny one."""
+    tv0 = fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Float, is_cpu=True)
+    tv1 = fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Float, is_cpu=True)
+    tv2 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, is_cpu=False)
+    tv3 = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Int, is_cpu=False)
+    tv4 = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Bool, is_cpu=False)
+    tv5 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.BFloat16, is_cpu=False)
+    tv27 = fd.ops.cast(tv5, dtype=DataType.Float)
+    c1 = fd.ops.size(tv2, dim=1)
+    tv10 = fd.ops.iota(length=c1, start=0, step=1)
+    tv11 = fd.ops.broadcast(tv10, is_broadcast_dim=[True, False])
+    tv12 = fd.ops.eq(tv11, tv3)
+    c0 = fd.ops.size(tv2, dim=0)
+    c13 = fd.define_scalar(0.00000, dtype=DataType.Float)
+    tv7 = fd.ops.full(shape=[c0, c1], fill_value=c13, dtype=DataType.Float)
+    tv13 = fd.ops.where(tv12, -1.00000, tv7)
+    tv6 = fd.ops.div(tv0, tv1)
+    tv14 = fd.ops.broadcast(tv6, is_broadcast_dim=[True, True])
+    c15 = fd.define_scalar(0.00000, dtype=DataType.Float)
+    tv8 = fd.ops.full(shape=[], fill_value=c15, dtype=DataType.Float)
+    tv15 = fd.ops.broadcast(tv8, is_broadcast_dim=[True, True])
+    tv16 = fd.ops.where(tv4, tv14, tv15)
+    tv18 = fd.ops.mul(tv13, tv16)
+    tv9 = fd.ops.cast(tv2, dtype=DataType.Float)
+    tv17 = fd.ops.cast(tv9, dtype=DataType.Float)
+    tv19 = fd.ops.exp(tv17)
+    tv20 = fd.ops.sum(tv18, dims=[1], dtype=DataType.Float)
+    tv21 = fd.ops.broadcast(tv20, is_broadcast_dim=[False, True])
+    tv22 = fd.ops.mul(tv19, tv21)
+    tv23 = fd.ops.sub(tv18, tv22)
+    tv24 = fd.ops.reshape(tv23, new_shape=[b, s, v])
+    tv25 = fd.ops.cast(tv24, dtype=DataType.Float)
+    tv26 = fd.ops.cast(tv25, dtype=DataType.BFloat16)
+    tv28 = fd.ops.cast(tv26, dtype=DataType.Float)
+    tv29 = fd.ops.add(tv27, tv28)
+    tv30 = fd.ops.cast(tv29, dtype=DataType.BFloat16)
+    tv31 = fd.ops.stride_order(tv30, stride_order=[])
+    fd.add_output(tv31)
+
+
 def case(name: str) -> None:
     from nvfuser_direct import DataType, FusionDefinition
 
@@ -150,11 +193,29 @@ def case(name: str) -> None:
         ref = kv[:, :, None].expand(2, 2, 4, 32, 16)
         print(name, "clone max error", (clone - ref).abs().max().item(), "strides", clone.stride(),
               "| reshape*2 max error", (rep2 - ref.reshape(2, 8, 32, 16) * 2).abs().max().item())
+    elif name.startswith("qwen2_loss_backward"):
+        # docs/nvfuser_faults.md item 6: Qwen2's training step faulted ("unspecified launch
+        # failure") once this region ran in nvFuser at its 151936 classes; "_32000" is Llama's width.
+        b, s = 8, 512
+        v = 32000 if name.endswith("32000") else 151936
+        with FusionDefinition() as fd:
+            _define_qwen2_loss_backward(fd, DataType, b, s, v)
+        logp = torch.randn(b * s, v, device="cuda").log_softmax(-1)
+        labels = torch.randint(0, v, (b * s, 1), device="cuda")
+        keep = torch.rand(b * s, 1, device="cuda") > 0.1
+        other = torch.randn(b, s, v, device="cuda", dtype=torch.bfloat16)
+        grad_out, total = torch.tensor(1.0), torch.tensor(float(keep.sum()))
+        (out,) = fd.execute([grad_out, total, logp, labels, keep, other])
+        torch.cuda.synchronize()
+        one_hot = torch.zeros_like(logp).scatter(1, labels, -1.0) * torch.where(keep, grad_out / total, 0.0).cuda()
+        ref = one_hot - logp.exp() * one_hot.sum(1, keepdim=True)
+        ref = (other.float() + ref.view(b, s, v).bfloat16().float()).bfloat16()
+        print(name, "max error", (out.float() - ref.float()).abs().max().item())
     else:
         raise SystemExit(f"unknown case {name}")
 
 
-CASES = ["expand_reshape", "expand_reshape_materialized", "block_region", "parts_iota_softmax", "parts_iota_softmax+mask", "parts_input_softmax",
+CASES = ["expand_reshape", "expand_reshape_materialized", "qwen2_loss_backward_32000", "qwen2_loss_backward", "block_region", "parts_iota_softmax", "parts_iota_softmax+mask", "parts_input_softmax",
          "parts_input_softmax+mask", "block_region_contiguous", "heads_strided_pinned", "heads_strided_free", "heads_contiguous_pinned", "heads_contiguous_free"]
 
 
