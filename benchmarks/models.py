@@ -15,7 +15,9 @@ Rows (model x mode x backend): ``case``, ``mode`` (train/infer), ``backend``, ``
 (ok/wrong/error), ``error``, ``step_ms`` (median of single steps after ``--warmup`` steps,
 CUDA events on CUDA), ``first_call_s`` (the first compiled step: compile), ``loss_err``,
 ``grad_err`` (see benchmarks/zoo_check.py), ``speedup_vs_inductor`` (inductor's step_ms /
-ours), ``peak_mem_mb`` (CUDA), ``regions``, ``fallbacks`` and ``fallback_first`` (nvfuser_dtensor).
+ours), ``peak_mem_mb``, ``kernels`` and ``kernel_ms`` (CUDA: GPU activities of one profiled step
+and their summed time, next to ``step_ms`` the host's share), ``regions``, ``fallbacks`` and
+``fallback_first`` (nvfuser_dtensor).
 Writes results.json (``{"environment", "rows"}``), results.csv, summary.md and speedup.png.
 """
 
@@ -74,7 +76,25 @@ def _time(model, zm, batch, train: bool, device: str, warmup: int, iters: int) -
     out["step_ms"] = time_single_call(step, (), device, reps=iters) / 1e3
     if device == "cuda":
         out["peak_mem_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        out.update(_gpu_activity(step))
     return out
+
+
+def _gpu_activity(step) -> dict:
+    """One more step under the profiler (CUDA): ``kernels`` (GPU activities: kernels, copies,
+    memsets) and ``kernel_ms`` (their summed time), so a row shows how much of ``step_ms`` is
+    GPU work and how much host time (issue 13). Empty if the profiler fails."""
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        return dict(kernels=len(gpu), kernel_ms=sum(e.time_range.elapsed_us() for e in gpu) / 1e3)
+    except Exception as e:  # noqa: BLE001 - a measurement, never a reason to lose the row
+        print(f"    (profiler: {type(e).__name__}: {e})", file=sys.stderr)
+        return {}
 
 
 def _nvf_stats(caught: list[str]) -> dict:
@@ -226,8 +246,9 @@ def summary(rows: list[dict], env: dict) -> str:
         lines.append(f"- {b}: {n_ok} of {sum(r['backend'] == b for r in rows)} runs ok; geometric-mean speedup "
                      f"over inductor {_fmt(gm, '.2f')}x")
     lines += ["", "| model | mode | backend | eager ms | inductor ms | ours ms | speedup vs inductor | loss_err | "
-              "grad_err | inductor loss_err / grad_err | regions | fallbacks | status | errors |",
-              "|" + "---|" * 14]
+              "grad_err | inductor loss_err / grad_err | regions | fallbacks | GPU kernels / ms: inductor, ours | "
+              "status | errors |",
+              "|" + "---|" * 15]
     by = {(r["case"], r["mode"], r["backend"]): r for r in rows}
     for r in rows:
         if not r["backend"].startswith(NVF):
@@ -240,7 +261,9 @@ def summary(rows: list[dict], env: dict) -> str:
             f"{_fmt(i.get('step_ms'), '.2f')} | {_fmt(r.get('step_ms'), '.2f')} | "
             f"{_fmt(r.get('speedup_vs_inductor'), '.2f')} | {_fmt(r.get('loss_err'), '.1e')} | "
             f"{_fmt(r.get('grad_err'), '.1e')} | {_fmt(i.get('loss_err'), '.1e')} / {_fmt(i.get('grad_err'), '.1e')} | "
-            f"{_fmt(r.get('regions'), 'd')} | {_fmt(r.get('fallbacks'), 'd')} | {r['status']} | {errors} |")
+            f"{_fmt(r.get('regions'), 'd')} | {_fmt(r.get('fallbacks'), 'd')} | "
+            f"{_fmt(i.get('kernels'), 'd')} / {_fmt(i.get('kernel_ms'), '.2f')}, "
+            f"{_fmt(r.get('kernels'), 'd')} / {_fmt(r.get('kernel_ms'), '.2f')} | {r['status']} | {errors} |")
     return "\n".join(lines) + "\n"
 
 
