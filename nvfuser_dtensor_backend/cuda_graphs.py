@@ -42,19 +42,42 @@ def _symbolic(inputs) -> bool:
     return any(isinstance(s, torch.SymInt) for a in inputs if isinstance(a, torch.Tensor) for s in a.shape)
 
 
-def skip_reason(gm: fx.GraphModule, inputs, num_fixed: int) -> str | None:
-    """Why the aten graph ``gm`` cannot be captured, or None."""
+def skip_reason(gm: fx.GraphModule, inputs, static: list[int]) -> str | None:
+    """Why the aten graph ``gm`` cannot be captured, or None. ``static``: the indices of the
+    inputs used in place (parameters, buffers, saved values), which may be mutated."""
     if _symbolic(inputs):
         return "symbolic shapes (dynamic=True)"
-    from torch._dynamo.backends.cudagraphs import check_for_skip
+    from torch._dynamo import config as dynamo_config
+    from torch._dynamo.backends.cudagraphs import check_for_skip, find_input_mutations
+    from torch._inductor.cudagraph_utils import get_mutation_stack_trace, get_placeholder_info
 
     try:
-        why = check_for_skip(gm, num_fixed)  # input mutations, CPU nodes, ops that sync
+        mutated = find_input_mutations(gm.graph) - set(static)
+        if mutated:
+            return get_mutation_stack_trace(get_placeholder_info(gm.graph), mutated)
+        # CPU nodes, ops that sync; mutations of the static inputs were allowed just above
+        # (check_for_skip would take the first ``num_fixed`` inputs as the static ones).
+        with dynamo_config.patch(cudagraph_backend_support_input_mutation=True):
+            why = check_for_skip(gm, 0)
     except Exception as e:  # pragma: no cover - depends on the torch version
         why = f"the capture check failed: {type(e).__name__}: {e}"
     if why is None and not torch.cuda.is_available():
         why = "CUDA is not available"
     return why
+
+
+def consuming(compiled: Callable) -> Callable:
+    """``compiled`` (a boxed function) as cudagraph trees call it: they hand over their list
+    of inputs and assert that the callee emptied it, so the inputs can be freed early (as
+    the generated code of AOTAutograd's boxed functions does)."""
+
+    def run(args: list) -> Any:
+        mine = list(args)
+        args.clear()
+        return compiled(mine)
+
+    run._boxed_call = True
+    return run
 
 
 class CudaGraphs:
@@ -84,7 +107,7 @@ class CudaGraphs:
         from torch._inductor.cudagraph_utils import get_placeholder_info
 
         if kind == "backward":
-            if not self.captured:
+            if not self.captured:  # the forward runs as it is: so does its backward
                 return lambda compiled: compiled
             from torch._inductor.utils import count_tangents
 
@@ -94,12 +117,13 @@ class CudaGraphs:
             from torch._inductor.utils import num_fw_fixed_arguments
 
             static = get_static_input_idxs(num_fw_fixed_arguments(self.num_dynamo_inputs, len(inputs)))
-        why = skip_reason(gm, inputs, len(static))
+        why = skip_reason(gm, inputs, static)
         if why is not None:
+            log.warning("nvfuser_dtensor: the %s graph runs without CUDA graphs: %s", kind, why)
             if kind != "backward":
                 self.captured = False
-            log.warning("nvfuser_dtensor: the %s graph runs without CUDA graphs: %s", kind, why)
-            return lambda compiled: compiled
+                return lambda compiled: compiled
+            return self._uncaptured_backward
         self.device_index = self._device_index(gm)
         recorded = dict(stack_traces=get_stack_traces(gm), placeholders=get_placeholder_info(gm.graph),
                         mutated_input_idxs=find_input_mutations(gm.graph))
@@ -107,7 +131,7 @@ class CudaGraphs:
         def wrap(compiled: Callable) -> Callable:
             from torch._inductor.cudagraph_trees import cudagraphify_impl
 
-            out = cudagraphify_impl(compiled, inputs, static, device_index=self.device_index,
+            out = cudagraphify_impl(consuming(compiled), inputs, static, device_index=self.device_index,
                                     is_backward=kind == "backward", is_inference=kind == "inference", **recorded)
             out._boxed_call = True
             log.info("nvfuser_dtensor: the %s graph replays as a CUDA graph (%d static inputs of %d)",
@@ -115,6 +139,23 @@ class CudaGraphs:
             return out
 
         return wrap
+
+    def _uncaptured_backward(self, compiled: Callable) -> Callable:
+        """The backward of a captured forward, run as it is: the tree manager is told, or it
+        would wait for that backward before it starts a new generation (as dynamo's
+        "cudagraphs" backend and inductor do)."""
+        from torch._inductor.cudagraph_trees import get_manager
+
+        manager = get_manager(self.device_index or 0, create_if_none_exists=False)
+        if manager is None:
+            return compiled
+
+        def run(args: list) -> Any:
+            manager.set_to_running_backward()
+            return compiled(args)
+
+        run._boxed_call = True
+        return run
 
 
 def wants_cuda_graphs(option: Any, example_inputs) -> bool:

@@ -36,7 +36,20 @@ def test_a_graph_that_mutates_an_input_is_not_captured():
         return x * y
 
     gm = _aten_graph(mutating, torch.randn(3), torch.randn(3))
-    assert "mutat" in skip_reason(gm, [torch.randn(3), torch.randn(3)], 0)
+    assert "mutat" in skip_reason(gm, [torch.randn(3), torch.randn(3)], [])
+    # a static input (a parameter or buffer, used in place) may be mutated
+    why = skip_reason(gm, [torch.randn(3), torch.randn(3)], [0])
+    assert why is None or "mutat" not in why
+
+
+def test_the_compiled_function_empties_the_list_it_is_handed():
+    # cudagraph trees assert that the callee consumed its inputs (so they can be freed early)
+    from nvfuser_dtensor_backend.cuda_graphs import consuming
+
+    seen = []
+    run = consuming(lambda args: seen.append(list(args)) or [sum(args)])
+    args = [1, 2, 3]
+    assert run(args) == [6] and args == [] and seen == [[1, 2, 3]] and run._boxed_call
 
 
 def test_cpu_graphs_run_as_they_are_with_one_log_line(caplog):
