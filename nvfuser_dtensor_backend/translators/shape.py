@@ -55,9 +55,13 @@ def view(ctx, a, shape):
     # Llama's rotary cos/sin, batch 1, times q, batch 8). Squeezed and broadcast again, it
     # broadcasts as aten's size-1 dim does.
     ones = [i for i, s in enumerate(shape) if isinstance(s, int) and s == 1]
-    if ones:
-        out = ctx.ops.broadcast(ctx.ops.squeeze(out, ones), [i in ones for i in range(len(shape))])
-    return out
+    return _as_broadcast(ctx, out, ones, len(shape)) if ones else out
+
+
+def _as_broadcast(ctx, out, dims: list[int], ndim: int):
+    """``out`` with its extent-1 iteration dims ``dims`` made broadcast dims (squeezed and
+    broadcast again), as aten's size-1 dims are."""
+    return ctx.ops.broadcast(ctx.ops.squeeze(out, dims), [d in dims for d in range(ndim)])
 
 
 @translator(aten.permute.default, compute=False)
@@ -190,7 +194,7 @@ def nv_slice(ctx, a, dim=0, start=None, end=None, step=1):
         # broadcasts; mixed with a broadcast dim (the slice_scatter backward of a size-1
         # source) nvFuser 0.2.36 failed to compile it on the H200 (bfs.h:261). Squeezed and
         # broadcast again, as view does for a literal 1.
-        out = ctx.ops.broadcast(ctx.ops.squeeze(out, [dim]), [d == dim for d in range(ndim)])
+        out = _as_broadcast(ctx, out, [dim], ndim)
     return out
 
 
@@ -265,14 +269,15 @@ def _check_gather(node: fx.Node) -> str | None:
 # training step (vocabulary 151936) then faulted ("unspecified launch failure"; not yet
 # bisected, docs/nvfuser_faults.md item 6), in this region or in its log_softmax backward,
 # neither of which had run in nvFuser at that width: so both stay in PyTorch for a class dim
-# wider than ``MAX_VERIFIED_CLASSES`` (Qwen2's step then ran on the H200 and matched eager). Other shapes keep nvFuser's scatter. The same rewrite
-# of the forward's one-class ``gather`` (a masked sum) did not help: nvFuser failed to
-# compile it inside the loss regions as it fails on its gather there.
+# wider than ``MAX_VERIFIED_CLASSES`` (Qwen2's step then ran on the H200 and matched eager).
+# Other shapes keep nvFuser's scatter. The same rewrite of the forward's one-class ``gather``
+# (a masked sum) did not help: nvFuser failed to compile it inside the loss regions as it
+# fails on its gather there.
 MAX_VERIFIED_CLASSES = 65536
 
 
 def one_hot_width(node: fx.Node) -> int | None:
-    """The extent of ``dim`` when a scatter/gather node's index has extent 1 along dim and the
+    """The extent of ``dim`` when a scatter node's index has extent 1 along dim and the
     source's extents elsewhere (Note [One-hot scatter]), else None."""
     src, index, dim = node.args[0].meta["val"], node.args[2].meta["val"], node.args[1]
     if _is_symbolic(dim) or src.dim() == 0:
