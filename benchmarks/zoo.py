@@ -212,7 +212,7 @@ def _convnext(size, device, dtype, name):
 
     torch.manual_seed(0)
     if size == "tiny":
-        model = timm.create_model("convnext_atto", pretrained=False, depths=(1, 1, 1, 1), dims=(16, 32, 64, 128),
+        model = timm.create_model("convnext_tiny", pretrained=False, depths=(1, 1, 2, 1), dims=(16, 32, 64, 128),
                                   num_classes=IMAGES[size]["classes"])
         return _vision(model, 64, size, device, dtype, name)
     return _vision(timm.create_model("convnext_tiny", pretrained=False), 224, size, device, dtype, name)
@@ -238,7 +238,7 @@ ENTRIES = [
     Entry("bart", "hf", _bart),
     Entry("vit_s16", "vision", _vit, note="timm vit_small_patch16_224"),
     Entry("resnet18", "vision", _resnet18, note="torchvision; batch norm in training mode"),
-    Entry("convnext", "vision", _convnext, note="timm convnext_atto (tiny), convnext_tiny (real)"),
+    Entry("convnext", "vision", _convnext, note="timm convnext_tiny: real, and with 1-1-2-1 blocks of 16-128 channels (tiny)"),
     Entry("bert_dropout", "hf", _bert(0.1), dropout=True, note="hidden and attention dropout 0.1"),
 ]
 BY_NAME = {e.name: e for e in ENTRIES}

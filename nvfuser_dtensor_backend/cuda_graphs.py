@@ -12,9 +12,13 @@ backend), which already does what a production capture needs:
   ``static_input_indices`` in the forward, the saved values in the backward), other inputs
   copied into the graph's buffers;
 - forward and backward recorded into one memory pool, a new graph per new input layout;
-- an output of a replay that a later replay overwrites raises a clear error when read
-  ("accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run");
-  ``torch.compiler.cudagraph_mark_step_begin()`` marks a new step, as with inductor;
+- an output of a replay is never overwritten while it is alive: the next call in the same
+  step replays or records another graph instead (tests/test_cuda_graphs.py). Only
+  ``torch.compiler.cudagraph_mark_step_begin()`` (the user saying that earlier outputs are
+  no longer needed, as with inductor's reduce-overhead) lets a replay reuse their memory; an
+  output kept across that is overwritten without an error in a replay (the H200 showed it:
+  cudagraph trees raise "accessing tensor output of CUDAGraphs that has been overwritten"
+  only when a warm-up or recording ends), so clone what you keep across steps;
 - random ops (dropout stays in PyTorch) draw new numbers on every replay: PyTorch's CUDA
   generator registers its philox seed and offset with the captured graph.
 A graph that cannot be captured runs as it is, with one log line saying why: inputs or nodes

@@ -54,23 +54,62 @@ def main(argv=None) -> int:
 
     regions: dict[FusedRegion, int] = {}  # in order of first call
     in_pytorch: set = set()
+    probed: dict = {}  # "region": the region under study; "how": what its call does
+    kept: list = []  # outputs held until the step ends ("keep")
     original = FusedRegion.forward
 
+    def _as_tuple(out):
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    def _like(self, outs):
+        return outs[0] if self._single else tuple(outs)
+
+    # Installed before compiling: the compiled graph binds each region's forward once (Note
+    # [Lean call path], backend.py), so what it does is switched through in_pytorch and probed.
     def forward(self, *a):
         regions.setdefault(self, len(regions))
         if self in in_pytorch:
             return self.region(*a)
-        return original(self, *a)
+        if probed.get("region") is not self:
+            return original(self, *a)
+        how = probed.get("how")
+        out = original(self, *a)
+        if how == "layouts":
+            probed["args"] = [(tuple(x.shape), x.stride(), x.storage_offset(), x.dtype) if isinstance(x, torch.Tensor)
+                              else x for x in a]
+            probed["nvfuser"] = _layouts(out)
+            probed["pytorch"] = _layouts(self.region(*a))
+        elif how == "clone":  # fresh PyTorch allocations, same strides
+            out = _like(self, [o.clone() if isinstance(o, torch.Tensor) else o for o in _as_tuple(out)])
+        elif how == "keep":  # nvFuser's outputs can not be freed before the step ends
+            kept.append(out)
+        elif how == "into_pytorch":  # nvFuser's values in PyTorch's outputs (PyTorch's layouts)
+            ref = self.region(*a)
+            for r, o in zip(_as_tuple(ref), _as_tuple(out)):
+                if isinstance(r, torch.Tensor):
+                    r.copy_(o)
+            out = ref
+        elif how == "sync" and torch.cuda.is_available():
+            torch.cuda.synchronize()
+        elif how == "inputs_cloned":  # nvFuser on copies of the inputs (an input written by the fusion?)
+            copies = [x.clone() if isinstance(x, torch.Tensor) else x for x in a]
+            out = original(self, *copies)
+            changed = [i for i, (x, c) in enumerate(zip(a, copies)) if isinstance(x, torch.Tensor) and not torch.equal(x, c)]
+            probed["inputs_changed"] = changed
+        return out
 
     FusedRegion.forward = forward
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         compiled = zoo_check.compile_model(zm.model, "nvfuser_dtensor", json.loads(args.options))
 
-        def err(pytorch_regions) -> float:
+        def err(pytorch_regions, region=None, how=None) -> float:
             in_pytorch.clear()
             in_pytorch.update(pytorch_regions)
+            probed.clear()
+            probed.update(region=region, how=how)
             step = zoo_check.seeded_step(compiled, zm, batch, train, 0)
+            kept.clear()
             loss_err, grad_err = zoo_check.errors(step, ref, train)
             return grad_err if train else loss_err
 
@@ -86,24 +125,17 @@ def main(argv=None) -> int:
                 bad.append((r, e))
         print(f"  regions wrong alone: {len(bad)}", flush=True)
         for r, e in bad:
-            in_pytorch.clear()
-            captured = {}
-
-            def probe(self, *a, _r=r):
-                if self is _r:
-                    captured["args"] = [(tuple(x.shape), x.stride(), x.storage_offset(), x.dtype) if isinstance(x, torch.Tensor) else x for x in a]
-                    captured["nvfuser"] = _layouts(original(self, *a))
-                    captured["pytorch"] = _layouts(self.region(*a))
-                return original(self, *a)
-
-            FusedRegion.forward = probe
-            zoo_check.seeded_step(compiled, zm, batch, train, 0)
-            FusedRegion.forward = forward
+            others = [x for x in names if x is not r]
             print(f"  {r.name} err {e:.3g}: {', '.join(r.ops)}"[:1500])
-            print(f"    inputs: {captured.get('args')}"[:1500])
-            for i, (a, b) in enumerate(zip(captured.get("nvfuser", []), captured.get("pytorch", []))):
-                if a != b:
-                    print(f"    output {i}: nvFuser {a} PyTorch {b}")
+            tries = {how: err(others, r, how) for how in ("clone", "keep", "into_pytorch", "sync", "inputs_cloned")}
+            changed = probed.get("inputs_changed")
+            err(others, r, "layouts")
+            print("    alone with its outputs " + ", ".join(f"{k}: {v:.3g}" for k, v in tries.items())
+                  + f"; inputs the fusion changed: {changed}")
+            print(f"    inputs: {probed.get('args')}"[:1500])
+            for i, (a, b) in enumerate(zip(probed.get("nvfuser", []), probed.get("pytorch", []))):
+                print(f"    output {i}: nvFuser {a} PyTorch {b}")
+            print("    " + r.region.code.strip().replace("\n", "\n    ")[:3000])
         if len(bad) == 0 and first > tol:  # wrong only together: drop regions one at a time
             for r in names:
                 e = err([r])

@@ -140,6 +140,71 @@ def _define_qwen2_loss_backward(fd, DataType, b, s, v):
     fd.add_output(tv31)
 
 
+def _define_qwen2_loss_forward_masked_sum(fd, DataType, b, s, v):
+    """Qwen2's forward loss region as 69d1dac defined it (dumped from tiny Qwen2 at 69d1dac,
+    literal sizes made [b, s, v]): log_softmax, the shifted labels (pad, slice), and the
+    one-class gather as a masked sum over an iota of the classes (reverted at 661e4d9).
+    Outputs: log_softmax, the ignore mask, the count, the clamped labels, the mean loss."""
+    tv0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16, is_cpu=False)
+    tv1 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Int, is_cpu=False)
+    tv2 = fd.ops.reshape(tv0, new_shape=[b, s, v])
+    tv6 = fd.ops.cast(tv2, dtype=DataType.BFloat16)
+    tv7 = fd.ops.cast(tv6, dtype=DataType.Float)
+    tv9 = fd.ops.reshape(tv7, new_shape=[b * s, v])
+    tv11 = fd.ops.cast(tv9, dtype=DataType.Float)
+    tv12 = fd.ops.max(tv11, dims=[1])
+    tv13 = fd.ops.broadcast(tv12, is_broadcast_dim=[False, True])
+    tv14 = fd.ops.sub(tv9, tv13)
+    tv15 = fd.ops.exp(tv14)
+    tv16 = fd.ops.sum(tv15, dims=[1], dtype=DataType.Float)
+    tv17 = fd.ops.broadcast(tv16, is_broadcast_dim=[False, True])
+    tv18 = fd.ops.log(tv17)
+    tv19 = fd.ops.sub(tv14, tv18)
+    tv45 = fd.ops.stride_order(tv19, stride_order=[])
+    tv3 = fd.ops.pad(tv1, pad_widths=[0, 1, 0, 0], value=-100)
+    c4 = fd.ops.size(tv1, dim=1)
+    c21 = fd.ops.add(c4, 1)
+    c3 = fd.ops.size(tv3, dim=0)
+    tv8 = fd.ops.slice(tv3, start_indices=[0, 1], end_indices=[c3, c21], strides=[1, 1], manual_normalization=True)
+    tv10 = fd.ops.cast(tv8, dtype=DataType.Int)
+    tv4 = fd.ops.full(shape=[], fill_value=0, dtype=DataType.Int)
+    tv31 = fd.ops.broadcast(tv4, is_broadcast_dim=[True, True])
+    tv33 = fd.ops.iota(length=v, start=0, step=1)
+    tv34 = fd.ops.broadcast(tv33, is_broadcast_dim=[True, False])
+    tv23 = fd.ops.broadcast(tv4, is_broadcast_dim=[True])
+    c26 = fd.define_scalar(0.00000, dtype=DataType.Float)
+    tv5 = fd.ops.full(shape=[], fill_value=c26, dtype=DataType.Float)
+    tv41 = fd.ops.broadcast(tv5, is_broadcast_dim=[True])
+    c144 = fd.ops.mul(c3, c4)
+    tv20 = fd.ops.reshape(tv10, new_shape=[c144])
+    tv22 = fd.ops.broadcast(tv20, is_broadcast_dim=[False, True])
+    tv27 = fd.ops.ne(tv22, -100)
+    tv46 = fd.ops.stride_order(tv27, stride_order=[])
+    tv32 = fd.ops.where(tv27, tv22, tv31)
+    tv47 = fd.ops.stride_order(tv32, stride_order=[])
+    tv21 = fd.ops.ne(tv20, -100)
+    tv24 = fd.ops.where(tv21, tv20, tv23)
+    tv28 = fd.ops.broadcast(tv24, is_broadcast_dim=[False, True])
+    tv35 = fd.ops.eq(tv34, tv28)
+    tv36 = fd.ops.where(tv35, tv19, 0.00000)
+    tv37 = fd.ops.sum(tv36, dims=[1], dtype=DataType.Float)
+    tv38 = fd.ops.broadcast(tv37, is_broadcast_dim=[False, True])
+    tv39 = fd.ops.squeeze(tv38, dims=[1])
+    tv40 = fd.ops.neg(tv39)
+    tv42 = fd.ops.where(tv21, tv40, tv41)
+    tv43 = fd.ops.sum(tv42, dims=[0], dtype=DataType.Float)
+    tv25 = fd.ops.cast(tv21, dtype=DataType.Int)
+    tv26 = fd.ops.sum(tv25, dims=[0], dtype=DataType.Int)
+    tv29 = fd.ops.cast(tv26, dtype=DataType.Int)
+    tv30 = fd.ops.cast(tv29, dtype=DataType.Float)
+    tv44 = fd.ops.div(tv43, tv30)
+    fd.add_output(tv45)
+    fd.add_output(tv46)
+    fd.add_output(tv30)
+    fd.add_output(tv47)
+    fd.add_output(tv44)
+
+
 def case(name: str) -> None:
     from nvfuser_direct import DataType, FusionDefinition
 
@@ -211,11 +276,28 @@ def case(name: str) -> None:
         ref = one_hot - logp.exp() * one_hot.sum(1, keepdim=True)
         ref = (other.float() + ref.view(b, s, v).bfloat16().float()).bfloat16()
         print(name, "max error", (out.float() - ref.float()).abs().max().item())
+    elif name.startswith("qwen2_loss_forward_masked_sum"):
+        # docs/nvfuser_faults.md item 6: the other region that first ran in nvFuser at 151936
+        # classes when Qwen2's step faulted at 69d1dac.
+        b, s = 8, 512
+        v = 32000 if name.endswith("32000") else 151936
+        with FusionDefinition() as fd:
+            _define_qwen2_loss_forward_masked_sum(fd, DataType, b, s, v)
+        logits = torch.randn(b * s, v, device="cuda", dtype=torch.bfloat16)
+        labels = torch.randint(0, v, (b, s), device="cuda")
+        labels[:, :5] = -100
+        outs = fd.execute([logits, labels])
+        torch.cuda.synchronize()
+        shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:].reshape(-1)
+        ref = torch.nn.functional.cross_entropy(logits.float(), shifted, ignore_index=-100)
+        print(name, "loss", outs[-1].item(), "error", abs(outs[-1].item() - ref.item()),
+              "| log_softmax max error", (outs[0] - logits.float().log_softmax(-1)).abs().max().item())
     else:
         raise SystemExit(f"unknown case {name}")
 
 
-CASES = ["expand_reshape", "expand_reshape_materialized", "qwen2_loss_backward_32000", "qwen2_loss_backward", "block_region", "parts_iota_softmax", "parts_iota_softmax+mask", "parts_input_softmax",
+CASES = ["expand_reshape", "expand_reshape_materialized", "qwen2_loss_backward_32000", "qwen2_loss_backward",
+         "qwen2_loss_forward_masked_sum_32000", "qwen2_loss_forward_masked_sum", "block_region", "parts_iota_softmax", "parts_iota_softmax+mask", "parts_input_softmax",
          "parts_input_softmax+mask", "block_region_contiguous", "heads_strided_pinned", "heads_strided_free", "heads_contiguous_pinned", "heads_contiguous_free"]
 
 
