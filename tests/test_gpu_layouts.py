@@ -75,3 +75,18 @@ def test_prenorm_block_masked_softmax_does_not_fault():
                        text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "loss_err" in r.stdout
+
+
+@pytest.mark.parametrize("shape", [(32, 768, 7, 7), (32, 384, 14, 14), (4, 64, 7, 7)])
+def test_convnext_layer_scale_backward_with_a_channels_last_gradient(shape):
+    # ConvNeXt's last stage on the H200 (docs/nvfuser_faults.md item 8): the residual's two
+    # gradients (one channels_last, from cuDNN) added, scaled by gamma and moved to NHWC.
+    div = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    g = torch.randn(shape, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    gamma = torch.randn(shape[1], device="cuda", dtype=torch.bfloat16)
+
+    def f(div, g, gamma):
+        add = div + g
+        return add, (add * gamma.view(1, -1, 1, 1)).permute(0, 2, 3, 1).contiguous()
+
+    check_parity(f, div, g, gamma)

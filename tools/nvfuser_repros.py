@@ -205,6 +205,57 @@ def _define_qwen2_loss_forward_masked_sum(fd, DataType, b, s, v):
     fd.add_output(tv44)
 
 
+def _define_convnext_layer_scale(fd, DataType, g_channels_last: bool, outputs: str, pin: bool):
+    """The backward region of a ConvNeXt block's layer scale as the backend defined it
+    (docs/nvfuser_faults.md item 8): ``add = div + g`` (the residual's two gradients, ``g``
+    from cuDNN in channels_last), ``add * gamma`` moved to NHWC for the MLP's Linear backward.
+    outputs: "both", "add" or "nhwc"; pin: the outputs' stride_order (Note [Output layout contract])."""
+    tv0 = fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=[True] * 4, dtype=DataType.BFloat16, is_cpu=False)
+    tv1 = fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=[True] * 4, dtype=DataType.BFloat16, is_cpu=False,
+                           **({"stride_order": [3, 0, 2, 1]} if g_channels_last else {}))
+    tv2 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.BFloat16, is_cpu=False)
+    tv6 = fd.ops.cast(fd.ops.add(fd.ops.cast(tv0, dtype=DataType.Float), fd.ops.cast(tv1, dtype=DataType.Float)),
+                      dtype=DataType.BFloat16)
+    tv16 = fd.ops.stride_order(tv6, stride_order=[3, 2, 1, 0]) if pin else tv6
+    tv9 = fd.ops.broadcast(tv2, is_broadcast_dim=[True, False, True, True])
+    tv12 = fd.ops.mul(fd.ops.cast(tv6, dtype=DataType.Float), fd.ops.cast(tv9, dtype=DataType.Float))
+    tv14 = fd.ops.permute(fd.ops.cast(tv12, dtype=DataType.BFloat16), dims=[0, 2, 3, 1])
+    tv17 = fd.ops.stride_order(tv14, stride_order=[3, 2, 1, 0]) if pin else tv14
+    if outputs in ("both", "add"):
+        fd.add_output(tv16)
+    if outputs in ("both", "nhwc"):
+        fd.add_output(tv17)
+
+
+def _convnext_layer_scale(name, FusionDefinition, DataType):
+    """convnext_layer_scale[_N_C_HW][_contiguous][_add|_nhwc][_free]"""
+    n, c, hw = 32, 768, 7
+    parts = name.split("_")[3:]
+    if parts and parts[0].isdigit():
+        n, c, hw = (int(x) for x in parts[:3])
+        parts = parts[3:]
+    outputs = "add" if "add" in parts else "nhwc" if "nhwc" in parts else "both"
+    channels_last = "contiguous" not in parts
+    with FusionDefinition() as fd:
+        _define_convnext_layer_scale(fd, DataType, channels_last, outputs, pin="free" not in parts)
+    div = torch.randn(n, c, hw, hw, device="cuda", dtype=torch.bfloat16)
+    g = torch.randn(n, c, hw, hw, device="cuda", dtype=torch.bfloat16)
+    if channels_last:
+        g = g.contiguous(memory_format=torch.channels_last)
+    gamma = torch.randn(c, device="cuda", dtype=torch.bfloat16)
+    outs = fd.execute([div, g, gamma])
+    torch.cuda.synchronize()
+    add = div + g
+    refs = {"add": add, "nhwc": (add * gamma.view(1, -1, 1, 1)).permute(0, 2, 3, 1)}
+    names = ["add", "nhwc"] if outputs == "both" else [outputs]
+    report = []
+    for k, o in zip(names, outs):
+        wrong = ((o.float() - refs[k].float()).abs() > 0.02 * refs[k].float().abs() + 1e-2)
+        report.append(f"{k}: max error {(o.float() - refs[k].float()).abs().max().item():.3g}, "
+                      f"{int(wrong.sum())} of {wrong.numel()} wrong, strides {o.stride()}")
+    print(name, "|", "; ".join(report))
+
+
 def case(name: str) -> None:
     from nvfuser_direct import DataType, FusionDefinition
 
@@ -276,6 +327,8 @@ def case(name: str) -> None:
         ref = one_hot - logp.exp() * one_hot.sum(1, keepdim=True)
         ref = (other.float() + ref.view(b, s, v).bfloat16().float()).bfloat16()
         print(name, "max error", (out.float() - ref.float()).abs().max().item())
+    elif name.startswith("convnext_layer_scale"):
+        _convnext_layer_scale(name, FusionDefinition, DataType)
     elif name.startswith("qwen2_loss_forward_masked_sum"):
         # docs/nvfuser_faults.md item 6: the other region that first ran in nvFuser at 151936
         # classes when Qwen2's step faulted at 69d1dac.
@@ -296,7 +349,9 @@ def case(name: str) -> None:
         raise SystemExit(f"unknown case {name}")
 
 
-CASES = ["expand_reshape", "expand_reshape_materialized", "qwen2_loss_backward_32000", "qwen2_loss_backward",
+CASES = ["convnext_layer_scale", "convnext_layer_scale_32_384_14", "convnext_layer_scale_contiguous", "convnext_layer_scale_add",
+         "convnext_layer_scale_nhwc", "convnext_layer_scale_free", "convnext_layer_scale_8_768_7", "convnext_layer_scale_32_768_8",
+         "expand_reshape", "expand_reshape_materialized", "qwen2_loss_backward_32000", "qwen2_loss_backward",
          "qwen2_loss_forward_masked_sum_32000", "qwen2_loss_forward_masked_sum", "block_region", "parts_iota_softmax", "parts_iota_softmax+mask", "parts_input_softmax",
          "parts_input_softmax+mask", "block_region_contiguous", "heads_strided_pinned", "heads_strided_free", "heads_contiguous_pinned", "heads_contiguous_free"]
 
