@@ -23,7 +23,7 @@ from torch import fx
 
 from ._nvfuser import version as nvfuser_version
 from .evaluator import Evaluator
-from .fusion import BuiltFusion, build_fusion, describe, memory_order
+from .fusion import BuiltFusion, build_fusion, describe, is_permuted, memory_order
 from .options import Options
 from .registry import op_name
 from . import verify
@@ -182,6 +182,26 @@ class _EvaluatorEntry(_NvFuserEntry):
         self.run = Evaluator(built.fd, built.constants)
 
 
+# Note [Mixed input layouts with several outputs]
+# nvFuser 0.2.36 computes wrong values on the H200 for a fusion whose inputs mix a dense
+# permuted layout (cuDNN's channels_last gradient) with row-major ones and that has several
+# outputs: ConvNeXt-T's layer-scale backward, ``add = div + g``, ``(add * gamma)`` moved to
+# NHWC, at [32, 768, 7, 7] had a third of both outputs wrong (not at 14x14 or 8x8; right
+# with a row-major ``g``, with one output, or with no output layouts given;
+# ``python -m tools.nvfuser_repros --case convnext_layer_scale``, docs/nvfuser_faults.md
+# item 8). Such a region runs on row-major copies of its permuted inputs (one copy per
+# permuted input per call), which nvFuser gets right.
+
+
+def _mixed_layouts(args, outputs: int) -> bool:
+    """Several tensor outputs, and tensor inputs both row-major and dense-permuted
+    (Note [Mixed input layouts with several outputs])."""
+    if outputs < 2:
+        return False
+    kinds = {is_permuted(a) for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2 and a.numel() > 1}
+    return True in kinds and False in kinds
+
+
 class _ContiguousEntry:
     __slots__ = ("inner",)
 
@@ -243,6 +263,8 @@ class FusedRegion(torch.nn.Module):
                                  and o.meta["val"].is_cuda for o in outs)
         self._output_vals = ([o.meta.get("val") if isinstance(o, fx.Node) else None for o in outs]
                              if options.check_layouts else None)
+        self._tensor_outputs = sum(isinstance(o, fx.Node) and isinstance(o.meta.get("val"), torch.Tensor)
+                                   and o.meta["val"].dim() >= 2 for o in outs)
         self._verify = options.verify and not verify.has_random_ops(self.ops)
 
     _key_of = staticmethod(_tensor_key)  # the cheap per-argument part of the entry key
@@ -287,6 +309,9 @@ class FusedRegion(torch.nn.Module):
                     "(Note [Output layout contract])")
 
     def _make_entry(self, args):
+        if _mixed_layouts(args, self._tensor_outputs):  # Note [Mixed input layouts with several outputs]
+            return _ContiguousEntry(self._make_entry([a.contiguous() if isinstance(a, torch.Tensor) else a
+                                                      for a in args]))
         descs = tuple(describe(a) for a in args)
         cache_key = (self._code_key, descs, nvfuser_version())
         built = FUSION_CACHE.get_or_build(cache_key, lambda: self._build(descs))

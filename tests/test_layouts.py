@@ -263,3 +263,28 @@ def test_fallback_reason_names_the_failing_segment():
     assert "fusion_kernel_runtime.cpp:476" in reason and "Detected exception" in reason
     assert "segmentation group 3" in reason and "bfs.h:261" in reason and "BFS traversal could not visit" in reason
     assert "please report a bug" not in reason
+
+
+def test_mixed_input_layouts_with_several_outputs_run_on_row_major_copies():
+    # Note [Mixed input layouts with several outputs] (region.py): nvFuser got ConvNeXt's
+    # layer-scale backward wrong on the H200; such a region runs on row-major copies.
+    from nvfuser_dtensor_backend import region
+
+    div = torch.randn(4, 16, 7, 7)
+    g = torch.randn(4, 16, 7, 7).contiguous(memory_format=torch.channels_last)
+    gamma = torch.randn(16)
+    assert region._mixed_layouts([div, g, gamma], outputs=2)
+    assert not region._mixed_layouts([div, g, gamma], outputs=1)
+    assert not region._mixed_layouts([div, div[:, :8], gamma], outputs=2)  # a slice is not a layout
+
+    def f(div, g, gamma):
+        add = div + g
+        return add, (add * gamma.view(1, -1, 1, 1)).permute(0, 2, 3, 1).contiguous()
+
+    import nvfuser_dtensor_backend as nb
+
+    torch._dynamo.reset()
+    nb.clear_reports()
+    check_parity(f, div, g, gamma)
+    entries = [e for r in nb.reports() for reg in r.regions for e in reg._entries.values()]
+    assert entries and all(isinstance(e, region._ContiguousEntry) for e in entries)

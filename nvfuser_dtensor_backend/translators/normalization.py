@@ -105,7 +105,7 @@ def _check_log_softmax_backward(node) -> str | None:
     width = val.shape[node.args[2]] if val.dim() else 1
     if not isinstance(width, int) or width > MAX_VERIFIED_CLASSES:
         return (f"log_softmax backward over {width} classes: above {MAX_VERIFIED_CLASSES}, unverified on the GPU "
-                "(Qwen2's 151936 faulted; Note [One-hot scatter] in translators/shape.py)")
+                "(Note [One-hot scatter] in translators/shape.py)")
     return None
 
 

@@ -267,16 +267,18 @@ def _check_gather(node: fx.Node) -> str | None:
 # logical are only permitted for scatter outputs", fusion_segmenter.cpp:1755), which then
 # fell back. With an index of extent 1 along ``dim`` that covers the other dims it is a
 # pointwise op against an iota of the dim: ``where(iota == index, value, self)``; the H200
-# ran it in Llama, Mistral, Phi, BERT and T5 (vocabularies of 30522 to 51200). Qwen2's
-# training step (vocabulary 151936) then faulted ("unspecified launch failure"; not yet
-# bisected, docs/nvfuser_faults.md item 6), in this region or in its log_softmax backward,
-# neither of which had run in nvFuser at that width: so both stay in PyTorch for a class dim
-# wider than ``MAX_VERIFIED_CLASSES`` (Qwen2's step then ran on the H200 and matched eager).
+# ran it in Llama, Mistral, Phi, BERT and T5 (vocabularies of 30522 to 51200) and, with
+# log_softmax's backward in the same region, in Qwen2 (151936; the standalone repro
+# ``python -m tools.nvfuser_repros --case qwen2_loss_backward`` is exact there). Qwen2's step
+# once faulted at 151936: that was the forward's one-class gather written as a masked sum
+# (reverted; its repro ``qwen2_loss_forward_masked_sum`` faults at 151936, not at 32000,
+# docs/nvfuser_faults.md item 6). Wider class dims than the widest run on the H200
+# (``MAX_VERIFIED_CLASSES``) keep the scatter and the log_softmax backward in PyTorch.
 # Other shapes keep nvFuser's scatter. The same rewrite of the forward's one-class ``gather``
-# (a masked sum) did not help: nvFuser failed to compile it inside the loss regions as it
-# fails on its gather there. ``NVFUSER_DTENSOR_MAX_CLASSES`` moves the limit (for bisecting
-# the fault on a GPU; not a user setting).
-MAX_VERIFIED_CLASSES = int(os.environ.get("NVFUSER_DTENSOR_MAX_CLASSES", "65536"))
+# did not help: nvFuser failed to compile it inside most loss regions as it fails on its
+# gather there, and faulted in Qwen2's. ``NVFUSER_DTENSOR_MAX_CLASSES`` moves the limit (for
+# bisecting on a GPU; not a user setting).
+MAX_VERIFIED_CLASSES = int(os.environ.get("NVFUSER_DTENSOR_MAX_CLASSES", "151936"))
 
 
 def one_hot_width(node: fx.Node) -> int | None:
@@ -423,7 +425,7 @@ def _check_scatter_value(node: fx.Node) -> str | None:
     width = one_hot_width(node)
     if width is not None and width > MAX_VERIFIED_CLASSES:
         return (f"one-class scatter over {width} classes: above {MAX_VERIFIED_CLASSES}, unverified on the GPU "
-                "(Qwen2's 151936 faulted; Note [One-hot scatter])")
+                "(Note [One-hot scatter])")
     return None
 
 
