@@ -16,7 +16,7 @@ timeout 240 python3 -m tools.nvfuser_repros > "$out/logs/repros.log" 2>&1 &
 NVFUSER_DTENSOR_CHECK_LAYOUTS=1 timeout 300 python3 scripts/gpu_fault_probe.py llama --steps 1 > "$out/logs/llama_layouts.log" 2>&1 &
 # The layout and translator tests on CUDA (the layout check is on in the suite): GPU_TESTS=0 skips.
 if [ "${GPU_TESTS:-1}" = 1 ]; then
-  timeout 400 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_layouts.py tests/test_layouts.py \
+  timeout "${GPU_TESTS_TIMEOUT:-400}" python3 -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_layouts.py tests/test_layouts.py \
     tests/translators/test_linalg.py tests/translators/test_shape.py tests/test_verify.py tests/test_cuda_graphs.py > "$out/logs/gpu_tests.log" 2>&1 &
 fi
 for m in ${VERIFY_MODELS:-}; do
