@@ -183,23 +183,31 @@ class _EvaluatorEntry(_NvFuserEntry):
 
 
 # Note [Mixed input layouts with several outputs]
-# nvFuser 0.2.36 computes wrong values on the H200 for a fusion whose inputs mix a dense
-# permuted layout (cuDNN's channels_last gradient) with row-major ones and that has several
-# outputs: ConvNeXt-T's layer-scale backward, ``add = div + g``, ``(add * gamma)`` moved to
-# NHWC, at [32, 768, 7, 7] had a third of both outputs wrong (not at 14x14 or 8x8; right
-# with a row-major ``g``, with one output, or with no output layouts given;
+# nvFuser 0.2.36 computes wrong values on the H200 for a fusion whose inputs mix a
+# channels_last tensor (cuDNN's gradient) with row-major ones and that has several outputs:
+# ConvNeXt-T's layer-scale backward, ``add = div + g``, ``(add * gamma)`` moved to NHWC, at
+# [32, 768, 7, 7] had a third of both outputs wrong (not at 14x14 or 8x8; right with a
+# row-major ``g``, with one output, or with no output layouts given;
 # ``python -m tools.nvfuser_repros --case convnext_layer_scale``, docs/nvfuser_faults.md
-# item 8). Such a region runs on row-major copies of its permuted inputs (one copy per
-# permuted input per call), which nvFuser gets right.
+# item 8). Such a region runs on row-major copies of its channels_last inputs (a copy per
+# input per call), which nvFuser gets right. The rule is kept to channels_last: applied to
+# every permuted input (transformers' transposes), nvFuser failed to compile the row-major
+# variant of the rotary-embedding backward regions of Llama, Mistral, Qwen2 and Phi on the
+# H200 ("Invalid domains to map", fusion.cpp:1020), which then ran in PyTorch.
+
+
+def _channels_last(t: torch.Tensor) -> bool:
+    """Dense, not row-major, with dim 1 (channels) innermost: channels_last(_3d)."""
+    return t.dim() >= 3 and t.shape[1] > 1 and t.stride(1) == 1 and is_permuted(t) is True
 
 
 def _mixed_layouts(args, outputs: int) -> bool:
-    """Several tensor outputs, and tensor inputs both row-major and dense-permuted
+    """Several tensor outputs, and tensor inputs both channels_last and row-major
     (Note [Mixed input layouts with several outputs])."""
     if outputs < 2:
         return False
-    kinds = {is_permuted(a) for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2 and a.numel() > 1}
-    return True in kinds and False in kinds
+    tensors = [a for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2 and a.numel() > 1]
+    return any(map(_channels_last, tensors)) and any(t.is_contiguous() for t in tensors)
 
 
 class _ContiguousEntry:

@@ -276,6 +276,8 @@ def test_mixed_input_layouts_with_several_outputs_run_on_row_major_copies():
     assert region._mixed_layouts([div, g, gamma], outputs=2)
     assert not region._mixed_layouts([div, g, gamma], outputs=1)
     assert not region._mixed_layouts([div, div[:, :8], gamma], outputs=2)  # a slice is not a layout
+    q = torch.randn(2, 8, 4, 16).transpose(1, 2)  # a transformer's transpose: not channels_last
+    assert not region._mixed_layouts([div, q], outputs=2)
 
     def f(div, g, gamma):
         add = div + g
