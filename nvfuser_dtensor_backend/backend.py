@@ -28,6 +28,7 @@ from .cuda_graphs import CudaGraphs, wants_cuda_graphs
 from .decompositions import decomposition_table
 from .distributed.global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
 from .options import Options
+from .pad_matmul import pad_matmuls
 from .partition import PartitionReport, partition
 from .region import FUSION_CACHE, FusedRegion, _first_line
 
@@ -142,6 +143,8 @@ def _compile_rest_with_inductor(fused: fx.GraphModule) -> list[LazyInductor]:
 def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kind: str,
                        region_cls: type = FusedRegion) -> Callable:
     """Partition an aten graph and swap each region for a FusedRegion (or ``region_cls``)."""
+    if options.pad_matmuls and region_cls is FusedRegion:  # DTensor graphs (the global view) keep theirs
+        pad_matmuls(gm, options.pad_matmuls)
     fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul,
                                      replay_input_free=region_cls is FusedRegion)
     # The global view runs its graphs on DTensors, which inductor does not take: there,

@@ -46,6 +46,11 @@ class Options:
             for CUDA graphs with static shapes" once measured on the H200). Graphs that cannot
             be captured (CPU, input mutations, host syncs, dynamic shapes) run as they are,
             with one log line.
+        pad_matmuls: bf16/fp16 ``mm``/``addmm`` with a dim that is not a multiple of 8 (a
+            vocabulary of 50257) run on zero-padded operands, so cuBLAS uses its aligned
+            kernels (pad_matmul.py, Note [Padded matmuls]): ``"auto"`` (default: on CUDA,
+            GEMMs of at least 2**27 multiply-adds), ``True`` (every such GEMM, any device) or
+            ``False``.
         verify: debug mode for wrong numbers: every region also runs in PyTorch on the same
             inputs, and an output beyond its dtype's tolerance is reported with a
             ``RegionMismatchWarning`` naming the region (verify.py). Doubles the work of each
@@ -61,6 +66,7 @@ class Options:
     check_layouts: bool = False
     verify: bool = False
     cuda_graphs: bool | str = "auto"
+    pad_matmuls: bool | str = "auto"
 
     @staticmethod
     def from_dict(options: dict[str, Any] | None) -> "Options":
@@ -91,6 +97,8 @@ class Options:
                 raise OptionsError(f"{name} must be a bool, got {getattr(opts, name)!r}")
         if opts.cuda_graphs not in (True, False, "auto"):
             raise OptionsError(f"cuda_graphs must be True, False or 'auto', got {opts.cuda_graphs!r}")
+        if opts.pad_matmuls not in (True, False, "auto"):
+            raise OptionsError(f"pad_matmuls must be True, False or 'auto', got {opts.pad_matmuls!r}")
         if opts.global_view not in (True, False, "auto"):
             raise OptionsError(f"global_view must be True, False or 'auto', got {opts.global_view!r}")
         if opts.dump_dir is not None and not isinstance(opts.dump_dir, (str, os.PathLike)):

@@ -1,0 +1,163 @@
+"""``options.pad_matmuls``: 16-bit matmuls with a dim that is not a multiple of 8 are padded.
+
+Note [Padded matmuls]
+cuBLAS picks its fast tensor-core kernels only when the leading dims of a GEMM's operands
+and output are 16-byte multiples (8 elements of bf16/fp16). A vocabulary of 50257 (GPT-2),
+50265 (RoBERTa, BART) or 30522 (BERT) makes the LM head's three GEMMs (forward, input
+gradient, weight gradient) fall to ``cutlass ... align1`` kernels: on the H200 they took
+7.9 ms of GPT-2's 14.3 ms of kernels per training step, in eager and in our backend alike,
+while inductor, which pads such GEMMs (``torch/_inductor/fx_passes/pad_mm.py``), spent
+4.7 ms on the whole step (``scripts/gpu_top_kernels.py gpt2``,
+benchmarks/results/h200_cuda_graphs). So, before partitioning, each ``mm``/``addmm`` of
+bf16/fp16 operands with an unaligned M, K or N is rewritten as the same product of operands
+padded with zeros to multiples of 8 (M only where it is a leading dim: a column-major first
+operand), sliced back to its shape:
+- zeros added along K add nothing to the product; rows added along M and columns along N
+  are sliced off, so the result is exact;
+- an output sliced along N is copied to a dense tensor (aten's graph recorded a dense mm
+  output, and ``view`` ops after it depend on that); one sliced along M only is dense as it is;
+- an operand that is a transpose (``t``/``permute``) of a value is padded before the
+  transpose, and every pad of a value is made once per graph: the LM head's output
+  gradient feeds both the input and the weight gradients, and is padded once;
+- ``"auto"`` (default) pads on CUDA, GEMMs of at least ``MIN_MACS`` multiply-adds (small
+  ones cost more to pad than they gain); ``True`` pads every unaligned 16-bit GEMM on any
+  device (the CPU tests); ``False`` never.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import fx
+from torch._guards import detect_fake_mode
+
+log = logging.getLogger("nvfuser_dtensor_backend")
+aten = torch.ops.aten
+
+ALIGN = 8  # elements of a 16-bit dtype in 16 bytes
+DTYPES = (torch.bfloat16, torch.float16)
+MIN_MACS = 1 << 27
+_TRANSPOSES = (aten.t.default, aten.permute.default, aten.transpose.int)
+
+
+def _padded(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, fx.Node) else None
+
+
+def _static(t) -> bool:
+    return isinstance(t, torch.Tensor) and all(isinstance(s, int) for s in t.shape)
+
+
+def _is_2d_transpose(node: fx.Node) -> bool:
+    if node.op != "call_function" or node.target not in _TRANSPOSES or _val(node.args[0]) is None:
+        return False
+    if node.target is aten.permute.default:
+        return list(node.args[1]) == [1, 0]
+    return _val(node.args[0]).dim() == 2
+
+
+class _Rewriter:
+    def __init__(self, graph: fx.Graph, fake_mode):
+        self.graph, self.fake_mode = graph, fake_mode
+        self.pads: dict[tuple, fx.Node] = {}
+
+    def call(self, target, args, kwargs=None):
+        node = self.graph.call_function(target, tuple(args), kwargs or {})
+        vals = fx.node.map_arg((tuple(args), kwargs or {}), _val)
+        with self.fake_mode:
+            node.meta["val"] = target(*vals[0], **vals[1])
+        return node
+
+    def _after(self, node: fx.Node) -> fx.Node:
+        """Where a node computed from ``node`` goes: right after it, after the placeholders."""
+        if node.op != "placeholder":
+            return node
+        return [n for n in self.graph.nodes if n.op == "placeholder"][-1]
+
+    def pad(self, node: fx.Node, extra: tuple[int, int]) -> fx.Node:
+        """``node`` (2-D) with ``extra`` zero rows and columns; a transpose is padded before it."""
+        if extra == (0, 0):
+            return node
+        key = (node, extra)
+        if key not in self.pads:
+            if _is_2d_transpose(node):
+                inner = self.pad(node.args[0], extra[::-1])
+                with self.graph.inserting_after(inner):
+                    self.pads[key] = self.call(aten.t.default, [inner])
+            else:
+                with self.graph.inserting_after(self._after(node)):
+                    self.pads[key] = self.call(aten.constant_pad_nd.default, [node, [0, extra[1], 0, extra[0]], 0.0])
+        return self.pads[key]
+
+
+def _dims(node: fx.Node):
+    """(a, b, bias, M, K, N) of an mm/addmm node, or None if it is not one to pad."""
+    if node.op != "call_function" or node.target not in (aten.mm.default, aten.addmm.default):
+        return None
+    if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+        return None
+    bias, a, b = (None, *node.args[:2]) if node.target is aten.mm.default else node.args[:3]
+    va, vb = _val(a), _val(b)
+    if not (_static(va) and _static(vb)) or va.dtype not in DTYPES or vb.dtype != va.dtype:
+        return None
+    if bias is not None and not (_static(_val(bias)) and _val(bias).dim() in (1, 2)):
+        return None
+    (m, k), n = va.shape, vb.shape[1]
+    # M is a leading dim only of a column-major ``a`` (a transpose: the weight gradient's
+    # ``grad.t() @ x``); K and N always are one (of ``a`` or ``b``, and of the output).
+    m_leads = va.stride(0) == 1 and va.stride(1) != 1
+    return a, b, bias, m, k, n, m_leads
+
+
+def pad_matmuls(gm: fx.GraphModule, mode) -> int:
+    """Rewrite the unaligned 16-bit GEMMs of ``gm`` (Note [Padded matmuls]); returns how many."""
+    graph = gm.graph
+    candidates = []
+    for node in graph.nodes:
+        dims = _dims(node)
+        if dims is None:
+            continue
+        _, _, _, m, k, n, m_leads = dims
+        if (not m_leads or m == _padded(m)) and k == _padded(k) and n == _padded(n):
+            continue
+        if mode == "auto" and (not _val(node).is_cuda or m * k * n < MIN_MACS):
+            continue
+        candidates.append((node, dims))
+    if not candidates:
+        return 0
+    fake_mode = detect_fake_mode([_val(candidates[0][0])])
+    if fake_mode is None:
+        return 0
+    rw = _Rewriter(graph, fake_mode)
+    for node, (a, b, bias, m, k, n, m_leads) in candidates:
+        mp, kp, np_ = _padded(m) if m_leads else m, _padded(k), _padded(n)
+        a2, b2 = rw.pad(a, (mp - m, kp - k)), rw.pad(b, (kp - k, np_ - n))
+        with graph.inserting_before(node):
+            if bias is None:
+                out = rw.call(aten.mm.default, [a2, b2])
+            else:
+                vbias = _val(bias)
+                rows = mp - m if vbias.dim() == 2 and vbias.shape[0] == m and m != 1 else 0
+                cols = np_ - n if vbias.shape[-1] == n and n != 1 else 0
+                if vbias.dim() == 1:
+                    bias2 = rw.call(aten.constant_pad_nd.default, [bias, [0, cols], 0.0]) if cols else bias
+                else:
+                    bias2 = rw.pad(bias, (rows, cols))
+                out = rw.call(aten.addmm.default, [bias2, a2, b2])
+            if mp != m:
+                out = rw.call(aten.slice.Tensor, [out, 0, 0, m])
+            if np_ != n:
+                out = rw.call(aten.slice.Tensor, [out, 1, 0, n])
+                out = rw.call(aten.clone.default, [out], {"memory_format": torch.contiguous_format})
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+    graph.eliminate_dead_code()  # transposes that only fed a replaced matmul
+    graph.lint()
+    gm.recompile()
+    log.info("nvfuser_dtensor: padded %d matmul(s) to multiples of %d (Note [Padded matmuls])", len(candidates), ALIGN)
+    return len(candidates)

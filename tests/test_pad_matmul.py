@@ -1,0 +1,74 @@
+"""options.pad_matmuls (Note [Padded matmuls], pad_matmul.py): exact results, one pad per value."""
+
+import pytest
+import torch
+
+import nvfuser_dtensor_backend.backend as backend
+from nvfuser_dtensor_backend.options import Options, OptionsError
+from nvfuser_dtensor_backend.pad_matmul import pad_matmuls
+
+from helpers import check_parity, randn
+
+HALF = [torch.bfloat16, torch.float16]
+
+
+@pytest.fixture
+def padded_graphs(monkeypatch):
+    """The aten graphs after the pass, and how many matmuls it padded in each."""
+    seen = []
+
+    def spy(gm, mode):
+        n = pad_matmuls(gm, mode)
+        seen.append((n, gm.code))
+        return n
+
+    monkeypatch.setattr(backend, "pad_matmuls", spy)
+    return seen
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("tokens", [64, 52])  # 52: M and the weight gradient's K unaligned too
+def test_lm_head_with_an_unaligned_vocabulary_is_exact(dtype, bias, tokens, padded_graphs):
+    vocab, d = 1001, 48
+    x = randn(tokens, d, dtype=dtype, requires_grad=True)
+    w = randn(vocab, d, dtype=dtype, requires_grad=True)
+    b = randn(vocab, dtype=dtype, requires_grad=True) if bias else None
+
+    def f(x, w, b):
+        logits = torch.nn.functional.linear(x * 2, w, b)
+        return torch.log_softmax(logits.float(), -1)
+
+    check_parity(f, x, w, b, backward=True, pad_matmuls=True)
+    counts = [n for n, _ in padded_graphs]
+    assert counts[0] == 1 and counts[-1] == 2, counts  # forward: the head; backward: both gradients
+    backward_code = padded_graphs[-1][1]
+    # The weight and the output gradient (which feeds both gradients) are padded once each;
+    # 52 tokens add the activation and a second pad of the gradient (the weight gradient's K).
+    assert backward_code.count("aten.constant_pad_nd") == 2 + 2 * (tokens % 8 != 0), backward_code
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_unaligned_inner_dim_and_transposed_operands(dtype, padded_graphs):
+    a = randn(30, 37, dtype=dtype)  # K = 37
+    b = randn(21, 37, dtype=dtype)  # N = 21, used transposed
+    check_parity(lambda a, b: (a.t().t() @ b.t()).relu() + 1, a, b, pad_matmuls=True)
+    assert padded_graphs[0][0] == 1
+
+
+def test_aligned_and_float32_matmuls_are_left_alone(padded_graphs):
+    check_parity(lambda a, b: (a @ b).relu(), randn(16, 32, dtype=torch.bfloat16), randn(32, 24, dtype=torch.bfloat16),
+                 pad_matmuls=True)
+    check_parity(lambda a, b: (a @ b).relu(), randn(15, 33), randn(33, 21), pad_matmuls=True)
+    assert [n for n, _ in padded_graphs] == [0, 0]
+
+
+def test_auto_pads_only_large_cuda_matmuls(padded_graphs):
+    # On the CPU "auto" leaves every matmul as it is (cuBLAS alignment is a GPU matter).
+    check_parity(lambda a, b: (a @ b).relu(), randn(30, 37, dtype=torch.bfloat16), randn(37, 21, dtype=torch.bfloat16))
+    assert padded_graphs[0][0] == (1 if torch.cuda.is_available() and 30 * 37 * 21 >= (1 << 27) else 0)
+
+
+def test_bad_pad_matmuls_option():
+    with pytest.raises(OptionsError, match="pad_matmuls"):
+        Options.from_dict({"pad_matmuls": "yes"})
