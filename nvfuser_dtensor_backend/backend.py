@@ -146,7 +146,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
     if options.pad_matmuls and region_cls is FusedRegion:  # DTensor graphs (the global view) keep theirs
         pad_matmuls(gm, options.pad_matmuls)
     fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul,
-                                     replay_input_free=region_cls is FusedRegion)
+                                     replay_input_free=region_cls is FusedRegion,
+                                     one_gemm_per_region=region_cls is FusedRegion)
     # The global view runs its graphs on DTensors, which inductor does not take: there,
     # regions fall back to the aten code and the code between regions stays as it is.
     use_inductor = options.fallback == "inductor" and region_cls is FusedRegion

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import fx
-from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .registry import Translator, Unsupported, lookup, op_name
@@ -182,24 +182,62 @@ def _replay_input_free_outside(p, graph: fx.Graph) -> bool:
     return replayed
 
 
+# Note [One matmul per region]
+# With ``fuse_matmul``, nearly every node of a transformer is supported, so the partitioner
+# proposed one region for most of a graph (BERT's training step: 3 regions). nvFuser
+# segments a fusion at its matmuls anyway (they run as ATen calls in segments of their own),
+# and its segmenter's time grows faster than the fusion: on the H200 such regions took
+# minutes to compile, ViT-S/16's and T5's first calls more than 420 s. So a region is cut
+# into pieces with at most one matmul (or attention) each: every matmul starts a piece, and
+# every other node joins the latest piece among its inputs' (the work that consumes a
+# matmul's result goes with it; what reads no matmul of the region stays in piece 0). The
+# repeated layers of a model then give pieces with the same code, built and compiled once
+# (Note [Fusion cache key]). Edges only go from a piece to a later one (a node's piece is at
+# least its inputs'), so the pieces form no cycle, and each is convex: a node on a path
+# between two nodes of piece i has a piece at least i (it descends from the first) and at
+# most i (the second descends from it).
+
+
+def _split_at_gemms(p, order: dict[fx.Node, int], fuse_matmul: bool) -> list:
+    """``p`` cut into pieces of at most one GEMM node (Note [One matmul per region])."""
+    piece_of: dict[fx.Node, int] = {}
+    pieces: list[list[fx.Node]] = [[]]
+    for node in sorted(p.nodes, key=order.__getitem__):
+        if getattr(lookup(node, fuse_matmul), "gemm", False):
+            pieces.append([])
+            piece = len(pieces) - 1
+        else:
+            piece = max((piece_of[a] for a in node.all_input_nodes if a in piece_of), default=0)
+        piece_of[node] = piece
+        pieces[piece].append(node)
+    pieces = [piece for piece in pieces if piece]
+    return [p] if len(pieces) == 1 else [Partition(nodes=piece) for piece in pieces]
+
+
 def _deterministic(node: fx.Node) -> bool:
     tags = getattr(node.target, "tags", ())
     return torch.Tag.nondeterministic_seeded not in tags
 
 
 def partition(
-    gm: fx.GraphModule, min_region_size: int = 1, fuse_matmul: bool = False, replay_input_free: bool = True
+    gm: fx.GraphModule, min_region_size: int = 1, fuse_matmul: bool = False, replay_input_free: bool = True,
+    one_gemm_per_region: bool = True,
 ) -> tuple[fx.GraphModule, list[str], PartitionReport]:
     """Fuse supported nodes of ``gm`` into submodules named ``nvfuser_region_<i>``.
 
     Returns the rewritten graph module, the names of the region submodules and a report.
     ``replay_input_free=False`` keeps input-free values as region outputs (Note [Input-free
     outputs]): the DTensor global view runs the code outside regions on DTensors, where a
-    plain tensor made by a replayed factory op would not mix.
+    plain tensor made by a replayed factory op would not mix. ``one_gemm_per_region=False``
+    keeps the matmuls of a region together (Note [One matmul per region]): the global view's
+    fusions carry the relayouts between them, which nvFuser turns into communication.
     """
     support = NvFuserSupport(fuse_matmul, on_cuda=_graph_on_cuda(gm))
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
+    if fuse_matmul and one_gemm_per_region:
+        order = {n: i for i, n in enumerate(gm.graph.nodes)}
+        partitions = [piece for p in partitions for piece in _split_at_gemms(p, order, fuse_matmul)]
     report = PartitionReport()
     kept = []
     for p in partitions:

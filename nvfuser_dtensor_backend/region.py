@@ -73,12 +73,32 @@ def _tensor_key(a):
 
 # --- process-wide definition cache ------------------------------------------------------
 # Note [Fusion cache key]
-# (region code, input descriptors, nvFuser version). The region code is the text of the
-# region's FX graph, which holds every constant of the graph (shape arguments included),
-# plus which dims of every node's value are 1 (translators of squeeze, expand, ... read
-# that from meta, and a slice to the end can make a dim 1 for one input size and not for
-# another); the descriptors hold what the inputs add (see fusion.TensorDesc). Sizes other
-# than 1 are not in the key: definitions are shape-symbolic.
+# (region code, input descriptors, nvFuser version). The region code is the region's FX
+# graph with its values numbered in order (``_canonical_code``: the names aten gave them,
+# ``view_12`` in one layer and ``view_30`` in the next, are left out, so the repeated layers
+# of a model share one definition and one set of nvFuser kernels), which holds every
+# constant of the graph (shape arguments included), plus which dims of every node's value
+# are 1 (translators of squeeze, expand, ... read that from meta, and a slice to the end can
+# make a dim 1 for one input size and not for another) and the memory order aten recorded
+# for every output (Note [Output layout contract]); the descriptors hold what the inputs add
+# (see fusion.TensorDesc). Sizes other than 1 are not in the key: definitions are
+# shape-symbolic.
+
+
+def _canonical_code(region: fx.GraphModule) -> str:
+    """The region's graph as text with its values numbered in order (Note [Fusion cache key])."""
+    names = {node: f"v{i}" for i, node in enumerate(region.graph.nodes)}
+    lines = []
+    for node in region.graph.nodes:
+        args = fx.node.map_arg((node.args, node.kwargs), names.__getitem__)
+        lines.append(f"{names[node]} = {node.op} {node.target if node.op != 'placeholder' else ''} {args!r}")
+    return "\n".join(lines)
+
+
+def _output_orders(region: fx.GraphModule) -> tuple:
+    out = next(n for n in region.graph.nodes if n.op == "output").args[0]
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    return tuple(tuple(memory_order(o.meta.get("val")) or ()) if isinstance(o, fx.Node) else None for o in outs)
 
 
 def _size1_mask(value):
@@ -259,7 +279,8 @@ class FusedRegion(torch.nn.Module):
         self.options = options
         self._fallback = fallback
         size1 = tuple(_size1_mask(n.meta.get("val")) for n in region.graph.nodes if n.op == "call_function")
-        self._code_key = hashlib.sha1((region.code + repr(size1)).encode()).hexdigest()
+        key_text = _canonical_code(region) + repr(size1) + repr(_output_orders(region))
+        self._code_key = hashlib.sha1(key_text.encode()).hexdigest()
         out = next(n for n in region.graph.nodes if n.op == "output").args[0]
         self._single = not isinstance(out, (tuple, list))
         self._entries: dict[Any, Callable] = {}

@@ -27,6 +27,20 @@ def test_unsupported_op_splits_region_and_stays_right():
     assert any("cumsum" in reason for reason in report.unsupported)
 
 
+def test_repeated_layers_share_one_definition():
+    # Note [Fusion cache key]: the same work on other values (the next layer) is the same key.
+    def f(x, a, b):
+        for w in (a, b, a * 2, b * 3):
+            x = torch.nn.functional.gelu(x @ w) * 2 + x
+        return x
+
+    nb.clear_cache()
+    x, a, b = randn(8, 16), randn(16, 16), randn(16, 16)
+    check_parity(f, x, a, b)
+    info = nb.cache_info()
+    assert region_count() >= 4 and info["builds"] < region_count() and info["hits"] > 0, info
+
+
 def test_new_size_reuses_cached_definition():
     def f(x, y):
         return torch.tanh(x * y + 1)
@@ -271,13 +285,17 @@ def _attention_block_partitions(fuse_matmul):
 
 
 def test_attention_left_to_pytorch_splits_regions_only_where_it_must():
-    """An attention op left to PyTorch cuts the graph in two; the producers of q, k, v
-    (rotary embedding, scaling) share one region, the consumers another."""
+    """An attention op left to PyTorch cuts the graph; with fused matmuls each region holds
+    at most one matmul and the work on its result (Note [One matmul per region]): the
+    rotary embedding of q and of k each joins its projection."""
     reports = _attention_block_partitions(fuse_matmul=True)
+    gemms = ("aten.mm.default", "aten.addmm.default", "aten.bmm.default")
     for kind in ("forward", "backward"):
-        assert len(reports[kind].regions) == 2, reports[kind].summary()
-    producers = reports["forward"].regions[0]
-    assert producers.count("aten.cat.default") == 2 and producers.count("aten.neg.default") == 2  # q and k rope
+        for ops in reports[kind].regions:
+            assert sum(op in gemms for op in ops) <= 1, reports[kind].summary()
+    ropes = [r for r in reports["forward"].regions if "aten.cat.default" in r]
+    assert len(ropes) == 2 and all(r.count("aten.mm.default") == 1 and r.count("aten.neg.default") == 1 for r in ropes)
+    assert sum(r.count("aten.slice_scatter.default") for r in reports["backward"].regions) == 4
     # Without fused matmuls every mm cuts too: norm | rope of q and k | residual add.
     reports = _attention_block_partitions(fuse_matmul=False)
     fwd = reports["forward"].regions
