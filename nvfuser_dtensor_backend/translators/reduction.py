@@ -47,7 +47,9 @@ def numel(ctx, x, dims):
 # communication's op, isLowerableToCommunication then refuses it). A sum over (batch,
 # sequence) of a sequence-parallel tensor (LayerNorm's weight gradient) then hit an
 # INTERNAL ASSERT at post_communication.cpp:74 on the H200. In multidevice fusions
-# (``ctx.multidevice``) sums, maxima and minima therefore reduce one axis at a time.
+# (``ctx.multidevice``) sums, maxima, minima, products and ``any`` therefore reduce one axis
+# at a time, and a variance over several axes is its two-pass formula of such sums
+# (``_var_mean_by_sums``) rather than nvFuser's Welford ``var_mean`` over them all.
 def _one_axis_at_a_time(ctx, reduce, x, dims):
     """``reduce(x, dims)``; in a multidevice fusion one dim after the other, the highest first
     (without keepdim the lower dims then keep their index)."""
@@ -149,11 +151,25 @@ def _var_0d(ctx, x, correction):
     return ctx.ops.div(zero, 0.0) if correction >= 1 else zero
 
 
+def _var_mean_by_sums(ctx, x, dims, correction, keepdim):
+    """(var, mean) over several dims of a multidevice fusion as sums of one axis at a time
+    (Note [One-axis reductions]): mean = sum(x) / n, var = sum((x - mean)**2) / (n - correction)."""
+    n = numel(ctx, x, dims)
+    mean = ctx.ops.div(sum_of(ctx, x, dims, keepdim=True), n)
+    centered = ctx.ops.sub(x, mean)
+    var = ctx.ops.div(sum_of(ctx, ctx.ops.mul(centered, centered), dims, keepdim=keepdim), ctx.ops.sub(n, correction))
+    if not keepdim:
+        mean = ctx.ops.squeeze(mean, dims=sorted(dims))
+    return var, mean
+
+
 @translator(aten.var.correction, check=_int_correction)
 def var(ctx, x, dim=None, *, correction=None, keepdim=False):
     x, dims, correction = _var_args(ctx, x, dim, correction)
     if not dims:
         return _var_0d(ctx, x, correction)
+    if ctx.multidevice and len(dims) > 1:
+        return _var_mean_by_sums(ctx, x, dims, correction, keepdim)[0]
     return ctx.ops.var(x, dims=dims, correction=correction, keepdim=keepdim)
 
 
@@ -162,6 +178,8 @@ def var_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
     x, dims, correction = _var_args(ctx, x, dim, correction)
     if not dims:
         return _var_0d(ctx, x, correction), x
+    if ctx.multidevice and len(dims) > 1:
+        return _var_mean_by_sums(ctx, x, dims, correction, keepdim)
     v, m = ctx.ops.var_mean(x, dims=dims, correction=correction, keepdim=keepdim)
     return v, m
 
@@ -171,7 +189,10 @@ def prod(ctx, x, dim, keepdim=False, *, dtype=None):
     dims = reduce_dims(x, dim)
     acc = compute_dtype(out_dtype(ctx))
     x = cast(ctx, x, acc)
-    return ctx.ops.prod(x, dims=dims, keepdim=keepdim, dtype=to_nv_dtype(acc)) if dims else x
+    if not dims:
+        return x
+    return _one_axis_at_a_time(ctx, lambda t, ds: ctx.ops.prod(t, dims=ds, keepdim=keepdim, dtype=to_nv_dtype(acc)),
+                               x, dims)
 
 
 @translator(aten.prod.default)
@@ -187,4 +208,4 @@ def any(ctx, x, dim=None, keepdim=False):
         return nonzero
     # NOTE: reduce as Int32 (max of 0/1) rather than relying on a bool max reduction.
     as_int = ctx.ops.cast(nonzero, dtype=nvfuser().DataType.Int32)
-    return ctx.ops.ne(ctx.ops.max(as_int, dims=dims, keepdim=keepdim), 0)
+    return ctx.ops.ne(_one_axis_at_a_time(ctx, lambda t, ds: ctx.ops.max(t, dims=ds, keepdim=keepdim), as_int, dims), 0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -165,3 +167,23 @@ def test_multidevice_fusions_reduce_one_axis_at_a_time(dtype, keepdim):
         outs = Evaluator(built.fd, built.constants)([x])
         outs = tuple(outs[i] for i in built.output_index)
         assert_close(outs, fn(x), dtype)
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("correction", [0, 1])
+def test_multidevice_var_mean_prod_any_reduce_one_axis_at_a_time(keepdim, correction):
+    """Note [One-axis reductions] for var/var_mean (two passes of one-axis sums), prod and any."""
+    def fn(a):
+        v, m = torch.var_mean(a, [0, 2], correction=correction, keepdim=keepdim)
+        return (v, m, torch.var(a, [1, 2], correction=correction, keepdim=keepdim),
+                aten.prod.dim_int(aten.prod.dim_int(a, 2, keepdim), 0, keepdim), (a > 1.5).any(dim=(0, 1)))
+
+    x = randn(6, 5, 8) + 1  # products of values near 1 stay finite
+    gm = make_fx(fn)(x)
+    multi = build_fusion(gm, [TensorDesc.of(x, static=True)], schedule=lambda inputs, layouts: None)
+    text = repr(multi.fd)
+    assert "var_mean(" not in text and "fd.ops.var(" not in text, text
+    for built in (build_fusion(gm, [TensorDesc.of(x)]), multi):
+        outs = Evaluator(built.fd, built.constants)([x])
+        assert_close(tuple(outs[i] for i in built.output_index), fn(x))
+    assert not re.search(r"fd\.ops\.(sum|max|prod)\([^)]*dims=\[\d+, \d", text), text  # one dim per reduction
