@@ -20,6 +20,19 @@ class MLP(nn.Module):
         return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
 
 
+class NormMLP(nn.Module):
+    """``x + fc2(gelu(fc1(LayerNorm(x))))``: the plain TP MLP block (norm not parallelized)."""
+
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, hidden)
+        self.fc2 = nn.Linear(hidden, d)
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.fc1(self.ln(x))))
+
+
 class SwiGLU(nn.Module):
     def __init__(self, d: int, hidden: int):
         super().__init__()

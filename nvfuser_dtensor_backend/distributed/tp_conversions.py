@@ -17,6 +17,11 @@ Note [Tensor-parallel conversions]
 - ``to_local`` -> pointwise ops -> ``from_local`` with the same placements P is the same
   pointwise ops on the global tensor: both conversions are dropped. The same holds for
   pointwise ops between local parts of one placement (a residual add of the input, say).
+- ``from_local(y, Replicate)`` of a value computed from plain inputs (a norm's output
+  handed to a ColwiseParallel input hook) says that y is the same on every rank: those
+  plain inputs are Replicate local parts of that mesh (wrapped like the inputs above), and
+  any op on Replicate local parts alone is the same op on the global values, pointwise or
+  not (``_replicated_inputs``).
 - A local value that reaches the graph output is the local part, under P, of the global
   value: the compiled graph's output is redistributed to P and ``to_local``-ed.
 Anything else (a non-pointwise op on local parts, local parts of different placements,
@@ -26,6 +31,7 @@ Anything else (a non-pointwise op on local parts, local parts of different place
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import operator
 from dataclasses import dataclass, field
@@ -33,7 +39,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import fx
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from .dtensor import has_partial, without_partial
 from ..registry import translator
@@ -164,6 +170,48 @@ class Conversions:
         return tuple(outs)
 
 
+def _all_replicate(placements) -> bool:
+    return all(isinstance(p, Replicate) for p in placements)
+
+
+def _plain_inputs_of(node: fx.Node, value) -> set[fx.Node] | None:
+    """The placeholders ``node`` is computed from through plain-tensor code, or None when
+    that code reads a DTensor or a TP conversion (then it is not plain replicated code)."""
+    found, todo, seen = set(), [node], set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder":
+            if isinstance(value(n), torch.Tensor) and not isinstance(value(n), DTensor):
+                found.add(n)
+            continue
+        if closure_kind(n) is not None or isinstance(value(n), DTensor):
+            return None
+        todo.extend(n.all_input_nodes)
+    return found
+
+
+def _replicated_inputs(graph: fx.Graph, placeholders: list, value) -> dict[fx.Node, tuple]:
+    """Plain inputs that feed ``from_local(..., Replicate)`` of a computed value, with that
+    (mesh, placements) (Note [Tensor-parallel conversions])."""
+    placed: dict[fx.Node, tuple] = {}
+    for node in graph.nodes:
+        if closure_kind(node) != "from_local" or node.args[0].op == "placeholder":
+            continue
+        args, _ = _closure_args(node)
+        if len(args) < 2:
+            continue
+        want = (args[0], _normalize(args[1], value(node).ndim))
+        if not _all_replicate(want[1]):
+            continue
+        for ph in _plain_inputs_of(node.args[0], value) or ():
+            if placed.setdefault(ph, want) != want:
+                raise NotGlobalView(f"input {ph.name} feeds from_local on several meshes or placements")
+    return placed
+
+
 def rewrite(gm: fx.GraphModule) -> tuple[fx.GraphModule, Conversions]:
     """Drop the TP conversions of ``gm`` (a copy) for the global view; raises NotGlobalView."""
     gm = fx.GraphModule(gm, gm.graph.__deepcopy__())  # keep the dynamo graph for the local path
@@ -194,6 +242,18 @@ def rewrite(gm: fx.GraphModule) -> tuple[fx.GraphModule, Conversions]:
         local[ph] = (m, placements)
         conv.inputs[i] = (m, placements)
         conv.global_inputs[i] = value(wraps[0])
+    # Plain inputs of replicated code handed to from_local(Replicate).
+    for ph, want in _replicated_inputs(graph, placeholders, value).items():
+        if ph in local:
+            if local[ph] != want:
+                raise NotGlobalView(f"input {ph.name} is wrapped with several placements")
+            continue
+        i = placeholders.index(ph)
+        local[ph] = want
+        conv.inputs[i] = want
+        fake = value(ph)
+        with getattr(fake, "fake_mode", None) or contextlib.nullcontext():
+            conv.global_inputs[i] = DTensor.from_local(fake, want[0], want[1], run_check=False)
 
     for node in list(graph.nodes):
         kind = closure_kind(node)
@@ -239,6 +299,11 @@ def rewrite(gm: fx.GraphModule) -> tuple[fx.GraphModule, Conversions]:
                 continue  # plain code that never touches a local part (e.g. a mask built from sizes)
             pointwise = (node.target in _POINTWISE_FUNCTIONS if node.op == "call_function"
                          else node.target in _POINTWISE_METHODS)
+            replicated = len(placed) == len(tensor_args) and len({local[a] for a in placed}) == 1 \
+                and _all_replicate(local[placed[0]][1])
+            if replicated:  # the same op on the global values (see the Note)
+                local[node] = local[placed[0]]
+                continue
             if not pointwise:
                 raise NotGlobalView(f"{node.name}: {getattr(node.target, '__name__', node.target)} on local parts "
                                     f"is not pointwise")

@@ -18,6 +18,7 @@ WORKER = Path(__file__).with_name("tp_worker.py")
 EXPECTED = {
     "tp_mlp": "global",
     "tp_mlp_fused_matmul": "global",
+    "tp_norm_mlp": "global",
     "tp_attention": "global",
     "tp_attention_local_output": "local",
     "sp_block": "global",
