@@ -45,7 +45,7 @@ def main(argv=None) -> int:
         compiled = zoo_check.compile_model(zm.model, "nvfuser_dtensor", options)
         step = zoo_check.seeded_step(compiled, zm, batch, train, 0)
     for w in caught:
-        if issubclass(w.category, RegionMismatchWarning) or "runs in PyTorch" in str(w.message):
+        if issubclass(w.category, RegionMismatchWarning) or "runs in PyTorch" in str(w.message):  # also logged to stderr
             print(f"[{w.category.__name__}] {w.message}"[:1500], flush=True)
     loss_err, grad_err = zoo_check.errors(step, ref, train)
     print(f"{args.model} {args.mode}: loss_err {loss_err:.3g} grad_err {grad_err}")
