@@ -178,3 +178,20 @@ def compare(zm, backend: str, train: bool, options: dict | None = None, ref: Ste
     result["fallbacks"] = fallback_warnings(caught)
     result["status"] = "ok" if ok else "wrong"
     return result
+
+
+def step_parser(description: str):
+    """The arguments of the one-model GPU scripts (scripts/gpu_verify_regions.py,
+    scripts/gpu_bisect_regions.py): model, mode, size, dtype and backend options."""
+    import argparse
+
+    from . import zoo
+
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("model", choices=zoo.NAMES)
+    p.add_argument("--mode", default="train", choices=("train", "infer"))
+    p.add_argument("--size", default="real", choices=("real", "tiny"))
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--options", default="{}", help="more backend options, as JSON")
+    return p
+

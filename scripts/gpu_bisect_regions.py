@@ -14,7 +14,6 @@ PyTorch's. Run each model in its own process (a CUDA fault poisons the context).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import sys
@@ -34,12 +33,7 @@ def _layouts(out):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("model", choices=zoo.NAMES)
-    p.add_argument("--mode", default="train", choices=("train", "infer"))
-    p.add_argument("--size", default="real", choices=("real", "tiny"))
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--options", default="{}", help="more backend options, as JSON")
+    p = zoo_check.step_parser(__doc__.splitlines()[0])
     p.add_argument("--tol", type=float, default=None, help="grad_err (train) or output error above which a step is wrong")
     args = p.parse_args(argv)
     from nvfuser_dtensor_backend.region import FusedRegion

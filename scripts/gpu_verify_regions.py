@@ -10,7 +10,6 @@ process (a CUDA fault poisons the context).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import sys
@@ -25,12 +24,7 @@ from benchmarks import zoo, zoo_check  # noqa: E402
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("model", choices=zoo.NAMES)
-    p.add_argument("--mode", default="train", choices=("train", "infer"))
-    p.add_argument("--size", default="real", choices=("real", "tiny"))
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--options", default="{}", help="more backend options, as JSON")
+    p = zoo_check.step_parser(__doc__.splitlines()[0])
     args = p.parse_args(argv)
     from nvfuser_dtensor_backend.verify import RegionMismatchWarning
 
