@@ -123,3 +123,21 @@ def test_steady_state_builds_nothing_new():
             FusedRegion._prepare = original
     assert prepared == []
     assert dynamo_utils.counters["stats"]["unique_graphs"] == frames
+
+
+def test_fuse_matmul_regions_hold_one_matmul_and_layers_share_definitions():
+    # Note [One matmul per region] and Note [Fusion cache key] on a real model: tiny BERT's
+    # training step with fuse_matmul; its two layers build their regions once.
+    import nvfuser_dtensor_backend as nb
+
+    zm = zoo.build("bert", "tiny", DEVICE, torch.float32)
+    nb.clear_cache()
+    model = zoo_check.compile_model(zm.model, "nvfuser_dtensor", {"fuse_matmul": True})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NvFuserFallbackWarning)
+        zoo_check.run_step(model, zm.make_inputs(0), zm.loss_fn, True, collect=False)
+    gemms = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default"}
+    regions = [ops for r in nb.reports() for ops in r.partition.regions]
+    assert len(regions) > 10 and all(sum(op in gemms or "attention" in op for op in ops) <= 1 for ops in regions)
+    info = nb.cache_info()
+    assert info["hits"] >= 10 and info["builds"] < len(regions), info
