@@ -297,7 +297,14 @@ def one_hot_width(node: fx.Node) -> int | None:
 def gather(ctx, a, dim, index, sparse_grad=False):
     # aten and nvFuser agree: out[i][j][k] = a[index[i][j][k]][j][k] (dim 0), index no larger
     # than a in the other dims. sparse_grad only changes the backward.
+    if _GATHER_SEGMENT and ctx.node.args[0].op != "placeholder":
+        # An experiment for the GPU (docs/nvfuser_faults.md item 7): the looked-up tensor as a
+        # segment input of its own, which nvFuser's schedulers do not vectorize around the gather.
+        a = ctx.ops.segment_set(a)
     return ctx.ops.gather(a, cast(ctx, index, torch.int64), canonical_dim(dim, _rank(ctx)))  # nvFuser: Int index
+
+
+_GATHER_SEGMENT = os.environ.get("NVFUSER_DTENSOR_GATHER_SEGMENT", "0") not in ("", "0")
 
 
 def _check_pad(node: fx.Node) -> str | None:
