@@ -203,8 +203,11 @@ def _resnet18(size, device, dtype, name):
 
     torch.manual_seed(0)
     # torchvision's ResNet has fixed widths: the tiny size only shrinks images and classes.
+    # 96 px, not 32: at 32 px (batch 2) the last stage's batch norm normalizes 2 values per
+    # channel and the step's gradients are rounding noise (eager fp32 against fp64: grad_err
+    # 0.31; at 96 px 4e-6), so no other implementation of batch norm could match eager there.
     model = torchvision.models.resnet18(weights=None, num_classes=IMAGES[size]["classes"])
-    return _vision(model, 32 if size == "tiny" else 224, size, device, dtype, name)
+    return _vision(model, 96 if size == "tiny" else 224, size, device, dtype, name)
 
 
 def _convnext(size, device, dtype, name):

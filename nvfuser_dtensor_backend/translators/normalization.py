@@ -1,4 +1,4 @@
-"""layer_norm forward/backward, softmax and log_softmax forward/backward.
+"""layer_norm forward/backward, batch_norm forward (training), softmax and log_softmax forward/backward.
 
 Everything computes in fp32 for fp16/bf16 inputs (``upcast``); fusion.py rounds each
 result to the node's dtype. Reduced extents come from ``size`` (symbolic), never from meta.
@@ -64,6 +64,44 @@ def native_layer_norm_backward(ctx, grad_out, x, normalized_shape, mean, rstd, w
     if output_mask[2] and bias is not None:
         grad_bias = sum_of(ctx, grad_out, outer)
     return grad_input, grad_weight, grad_bias
+
+
+def _check_batch_norm(node) -> str | None:
+    x, training = node.args[0].meta["val"], node.args[5]
+    if training is not True:
+        return "batch_norm with running statistics (evaluation)"
+    if x.dim() < 2:
+        return f"batch_norm of a rank-{x.dim()} input"
+    return None
+
+
+@translator(aten._native_batch_norm_legit_functional.default, check=_check_batch_norm)
+def native_batch_norm_legit_functional(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Training-mode batch norm as aten's decomposition computes it (``native_batch_norm_helper``):
+    statistics over every dim but the channels (1), in fp32; the running statistics come back
+    updated (``momentum * batch + (1 - momentum) * running``, the variance unbiased)."""
+    x = upcast(ctx, x)
+    dims = [0] + list(range(2, x.ndim))
+    var, mean = ctx.ops.var_mean(x, dims=dims, correction=0, keepdim=False)
+    rstd = ctx.ops.rsqrt(ctx.ops.add(var, float(eps)))
+    channels = [d != 1 for d in range(x.ndim)]
+
+    def per_channel(t):
+        return ctx.ops.broadcast(t, is_broadcast_dim=channels)
+
+    out = ctx.ops.mul(ctx.ops.sub(x, per_channel(mean)), per_channel(rstd))
+    if weight is not None:
+        out = ctx.ops.mul(out, per_channel(upcast(ctx, weight)))
+    if bias is not None:
+        out = ctx.ops.add(out, per_channel(upcast(ctx, bias)))
+    n = numel(ctx, x, dims)
+    unbiased = ctx.ops.div(ctx.ops.mul(var, n), ctx.ops.sub(n, 1))
+    momentum = float(momentum)
+
+    def updated(running, batch):
+        return ctx.ops.add(ctx.ops.mul(batch, momentum), ctx.ops.mul(upcast(ctx, running), 1.0 - momentum))
+
+    return out, mean, rstd, updated(running_mean, mean), updated(running_var, unbiased)
 
 
 def _softmax_dim(x, dim) -> list[int]:

@@ -121,3 +121,42 @@ def test_layer_norm_extents_are_symbolic():
     outs = tuple(outs[i] for i in built.output_index)
     expected = aten.native_layer_norm.default(y, [9], None, None, 1e-5)
     assert_close(outs, expected)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", [(4, 8, 6, 5), (6, 3, 7), (16, 5)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_training(dtype, shape, affine):
+    # _native_batch_norm_legit_functional: the output, and the running statistics updated
+    # in place after the graph (aten's copy_), against eager BatchNorm in training mode.
+    bn = torch.nn.BatchNorm1d(shape[1], affine=affine, momentum=0.3) if len(shape) < 4 else \
+        torch.nn.BatchNorm2d(shape[1], affine=affine, momentum=0.3)
+    bn = bn.to(dtype)
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+        if affine:
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-1, 1)
+    ref = __import__("copy").deepcopy(bn)
+    x = randn(*shape, dtype=dtype, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    # tanh, not relu: a half-type output near 0 may round to either side of a relu, and the
+    # batch norm backward then spreads that over the whole channel's gradient.
+    compiled = torch.compile(lambda t: torch.tanh(bn(t * 2)), backend="nvfuser_dtensor")
+    out, expected = compiled(x), torch.tanh(ref(x_ref * 2))
+    assert_close(out, expected)
+    assert "aten._native_batch_norm_legit_functional.default" in fused_ops()
+    assert_close(bn.running_mean, ref.running_mean)
+    assert_close(bn.running_var, ref.running_var)
+    grad = randn(*shape, dtype=dtype)
+    out.backward(grad)
+    expected.backward(grad)
+    assert_close(x.grad, x_ref.grad, scale=4)
+    if affine:
+        assert_close(bn.weight.grad, ref.weight.grad, scale=4)
+
+
+def test_batch_norm_in_evaluation_stays_in_pytorch():
+    bn = torch.nn.BatchNorm2d(4).eval()
+    check_parity(lambda t: torch.relu(bn(t) + 1), randn(2, 4, 3, 3), fused=False)
