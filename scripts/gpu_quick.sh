@@ -4,7 +4,7 @@
 # - training steps of the models the last changes touch, default options: GPT-2 (padded LM
 #   head GEMMs, Note [Padded matmuls]), Llama (rotary backward regions, Note [Mixed input
 #   layouts with several outputs]), ConvNeXt (channels_last rule), ViT-S/16 (one definition
-#   per repeated layer, Note [Fusion cache key]);
+#   per repeated layer, Note [Fusion cache key]), ResNet-18 (batch norm in nvFuser);
 # - ViT-S/16 and T5 with fuse_matmul=True (Note [One matmul per region]: they took more than
 #   420 s to compile before);
 # - GPT-2 and RoBERTa with NVFUSER_DTENSOR_GATHER_SEGMENT=1 (the loss regions that fall back
@@ -20,7 +20,7 @@ zoo() {  # zoo NAME MODELS BACKENDS
   timeout "$t" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real --models "$2" --modes train \
     --backends "$3" --jobs 4 --timeout-s "$((t - 10))" --warmup 3 --iters 10 --out "$out/$1" > "$out/$1.log" 2>&1
 }
-zoo default "${QUICK_MODELS:-gpt2,llama,convnext,vit_s16}" eager,inductor,nvfuser_dtensor &
+zoo default "${QUICK_MODELS:-gpt2,llama,convnext,vit_s16,resnet18}" eager,inductor,nvfuser_dtensor &
 zoo fuse_matmul "${QUICK_FM_MODELS:-vit_s16,t5}" eager,nvfuser_dtensor:fuse_matmul &
 NVFUSER_DTENSOR_GATHER_SEGMENT=1 zoo gather_segment gpt2,roberta eager,nvfuser_dtensor &
 timeout "$t" python3 -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_layouts.py tests/test_pad_matmul.py \
