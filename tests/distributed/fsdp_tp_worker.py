@@ -67,7 +67,8 @@ def main() -> None:
         torch.testing.assert_close(p.full_tensor(), p_ref.full_tensor(), **TOL, msg=lambda m: f"{name}: {m}")
     paths = sorted({r.kind for r in nb.reports()})
     regions = sum(len(r.regions) for r in nb.reports())
-    print(f"PASS fsdp_tp paths={paths} regions={regions} rank={rank}", flush=True)
+    sys.stdout.write(f"PASS fsdp_tp paths={paths} regions={regions} rank={rank}\n")  # one write per line
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 
