@@ -189,15 +189,6 @@ def _dense(shape, strides) -> bool:
     return True
 
 
-def is_permuted(t: torch.Tensor) -> bool | None:
-    """True: dense in a non-row-major order (channels_last, a transpose); False: row-major;
-    None: neither (a slice, an expand)."""
-    if t.is_contiguous():
-        return False
-    layout = recorded_layout(t)
-    return True if layout is not None else None
-
-
 def memory_order(val) -> list[int] | None:
     """The dims of a recorded value, outermost in memory first, or None (no layout to keep)."""
     layout = recorded_layout(val)

@@ -198,12 +198,12 @@ def _replay_input_free_outside(p, graph: fx.Graph) -> bool:
 # most i (the second descends from it).
 
 
-def _split_at_gemms(p, order: dict[fx.Node, int], fuse_matmul: bool) -> list:
+def _split_at_gemms(p, order: dict[fx.Node, int]) -> list:
     """``p`` cut into pieces of at most one GEMM node (Note [One matmul per region])."""
     piece_of: dict[fx.Node, int] = {}
     pieces: list[list[fx.Node]] = [[]]
     for node in sorted(p.nodes, key=order.__getitem__):
-        if getattr(lookup(node, fuse_matmul), "gemm", False):
+        if getattr(lookup(node, fuse_matmul=True), "gemm", False):
             pieces.append([])
             piece = len(pieces) - 1
         else:
@@ -237,7 +237,7 @@ def partition(
     partitions = partitioner.propose_partitions()
     if fuse_matmul and one_gemm_per_region:
         order = {n: i for i, n in enumerate(gm.graph.nodes)}
-        partitions = [piece for p in partitions for piece in _split_at_gemms(p, order, fuse_matmul)]
+        partitions = [piece for p in partitions for piece in _split_at_gemms(p, order)]
     report = PartitionReport()
     kept = []
     for p in partitions:

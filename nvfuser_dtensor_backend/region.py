@@ -23,7 +23,7 @@ from torch import fx
 
 from ._nvfuser import version as nvfuser_version
 from .evaluator import Evaluator
-from .fusion import BuiltFusion, build_fusion, describe, is_permuted, memory_order
+from .fusion import BuiltFusion, build_fusion, describe, memory_order, recorded_layout
 from .options import Options
 from .registry import op_name
 from . import verify
@@ -95,9 +95,7 @@ def _canonical_code(region: fx.GraphModule) -> str:
     return "\n".join(lines)
 
 
-def _output_orders(region: fx.GraphModule) -> tuple:
-    out = next(n for n in region.graph.nodes if n.op == "output").args[0]
-    outs = out if isinstance(out, (tuple, list)) else [out]
+def _output_orders(outs) -> tuple:
     return tuple(tuple(memory_order(o.meta.get("val")) or ()) if isinstance(o, fx.Node) else None for o in outs)
 
 
@@ -218,7 +216,8 @@ class _EvaluatorEntry(_NvFuserEntry):
 
 def _channels_last(t: torch.Tensor) -> bool:
     """Dense, not row-major, with dim 1 (channels) innermost: channels_last(_3d)."""
-    return t.dim() >= 3 and t.shape[1] > 1 and t.stride(1) == 1 and is_permuted(t) is True
+    return (t.dim() >= 3 and t.shape[1] > 1 and t.stride(1) == 1 and not t.is_contiguous()
+            and recorded_layout(t) is not None)
 
 
 def _mixed_layouts(args, outputs: int) -> bool:
@@ -278,16 +277,16 @@ class FusedRegion(torch.nn.Module):
         self.region = region
         self.options = options
         self._fallback = fallback
-        size1 = tuple(_size1_mask(n.meta.get("val")) for n in region.graph.nodes if n.op == "call_function")
-        key_text = _canonical_code(region) + repr(size1) + repr(_output_orders(region))
-        self._code_key = hashlib.sha1(key_text.encode()).hexdigest()
         out = next(n for n in region.graph.nodes if n.op == "output").args[0]
         self._single = not isinstance(out, (tuple, list))
+        outs = [out] if self._single else out
+        size1 = tuple(_size1_mask(n.meta.get("val")) for n in region.graph.nodes if n.op == "call_function")
+        key_text = _canonical_code(region) + repr(size1) + repr(_output_orders(outs))
+        self._code_key = hashlib.sha1(key_text.encode()).hexdigest()
         self._entries: dict[Any, Callable] = {}
         self._warned: set[str] = set()
         self.ops = [op_name(n.target) for n in region.graph.nodes if n.op == "call_function"]
         self.fallback_reason: str | None = None
-        outs = out if isinstance(out, (tuple, list)) else [out]
         self._cuda_outputs = any(isinstance(o, fx.Node) and isinstance(o.meta.get("val"), torch.Tensor)
                                  and o.meta["val"].is_cuda for o in outs)
         self._output_vals = ([o.meta.get("val") if isinstance(o, fx.Node) else None for o in outs]

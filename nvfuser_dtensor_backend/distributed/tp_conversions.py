@@ -193,7 +193,7 @@ def _plain_inputs_of(node: fx.Node, value) -> set[fx.Node] | None:
     return found
 
 
-def _replicated_inputs(graph: fx.Graph, placeholders: list, value) -> dict[fx.Node, tuple]:
+def _replicated_inputs(graph: fx.Graph, value) -> dict[fx.Node, tuple]:
     """Plain inputs that feed ``from_local(..., Replicate)`` of a computed value, with that
     (mesh, placements) (Note [Tensor-parallel conversions])."""
     placed: dict[fx.Node, tuple] = {}
@@ -243,7 +243,7 @@ def rewrite(gm: fx.GraphModule) -> tuple[fx.GraphModule, Conversions]:
         conv.inputs[i] = (m, placements)
         conv.global_inputs[i] = value(wraps[0])
     # Plain inputs of replicated code handed to from_local(Replicate).
-    for ph, want in _replicated_inputs(graph, placeholders, value).items():
+    for ph, want in _replicated_inputs(graph, value).items():
         if ph in local:
             if local[ph] != want:
                 raise NotGlobalView(f"input {ph.name} is wrapped with several placements")
