@@ -55,8 +55,22 @@ have=$(cat "$STAMP" 2>/dev/null || true)
 if [ "$want" != "$have" ]; then
     echo "scripts/venv.sh: installing $EXTRAS ($TORCH_PIN) into $VENV"
     log="$VENV/pip-install.log"
-    if ! "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$EXTRAS" "$TORCH_PIN" >"$log" 2>&1; then
+    : >"$log"
+    # torch's CUDA build and its nvidia-* wheels take about 7.5 GB installed and 3.5 GB as
+    # wheels; pip's cache keeps a second copy of those wheels while it installs. Reuse the
+    # cache where the disk has room for it, and go without it where it does not (a CI
+    # machine once failed here with "No space left on device").
+    free_kb=$(df -Pk "$VENV" | awk 'NR == 2 {print $4}')
+    pip_args=(--disable-pip-version-check)
+    if [ "${free_kb:-0}" -lt $((24 * 1024 * 1024)) ]; then
+        echo "scripts/venv.sh: $((free_kb / 1024 / 1024)) GiB free on disk: installing without pip's cache"
+        pip_args+=(--no-cache-dir)
+    fi
+    # Two steps, so that torch's wheels are unpacked and deleted before the rest download.
+    if ! "$VENV/bin/python" -m pip install "${pip_args[@]}" "$TORCH_PIN" >>"$log" 2>&1 ||
+        ! "$VENV/bin/python" -m pip install "${pip_args[@]}" -e "$EXTRAS" "$TORCH_PIN" >>"$log" 2>&1; then
         tail -n 40 "$log" >&2
+        df -h "$VENV" >&2 || true
         echo "scripts/venv.sh: pip install failed (full log: $log)" >&2
         exit 1
     fi
