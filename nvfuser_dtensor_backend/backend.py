@@ -43,11 +43,16 @@ class GraphReport:
     partition: PartitionReport
     regions: list[FusedRegion] = field(default_factory=list)
     inductor_parts: list = field(default_factory=list)  # LazyInductor pieces between regions
+    # Global view only: how the code between regions runs, "local tensors" or "DTensor: <why>"
+    # (Note [Local execution of the global view]).
+    between_regions: str | None = None
 
     def summary(self) -> str:
         text = f"[{self.kind}] " + self.partition.summary()
         if self.inductor_parts:
             text += f"\n  {len(self.inductor_parts)} piece(s) between regions compiled by inductor"
+        if self.between_regions:
+            text += f"\n  between regions: {self.between_regions}"
         return text
 
 
@@ -165,6 +170,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
         if node.op == "call_module" and node.target in regions:
             node.op, node.target = "call_function", regions[node.target].forward
     fused.recompile()
+    fused.meta["report"] = graph_report
     if use_inductor and names:
         graph_report.inductor_parts = _compile_rest_with_inductor(fused)
     _REPORTS.append(graph_report)

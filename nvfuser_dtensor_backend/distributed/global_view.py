@@ -34,6 +34,7 @@ from ..decompositions import decomposition_table
 from .dtensor import PlacementDesc, placement_reason
 from .dtensor_ops import register_strategies
 from .dtensor_region import GlobalViewRegion, fake_dtensor
+from .local_execution import NotLocal, lower_to_local
 from ..options import Options
 from ..region import _first_line
 from .tp_conversions import Conversions, NotGlobalView, rewrite, use_run_relayout
@@ -170,17 +171,50 @@ def compile_global_view(gm: fx.GraphModule, example_inputs, options: Options,
         use_run_relayout(g.graph)
         _full_sums_as_sum_default(g.graph)
         g.recompile()
-    _dry_run(graphs, example_inputs, conv, n_out)
+    fake_args = _dry_run(graphs, example_inputs, conv, n_out)
 
     def compile_graph(g, kind):
         return compile_aten_graph(g, None, options, kind, region_cls=GlobalViewRegion)
 
     if not train:
-        return _InferenceRunner(compile_graph(graphs[0], "inference"), conv)
-    return _TrainingRunner(compile_graph(graphs[0], "forward"), compile_graph(graphs[1], "backward"), n_out, conv)
+        compiled = compile_graph(graphs[0], "inference")
+        return _InferenceRunner(_local_or_dtensor([compiled], fake_args, n_out)[0], conv)
+    compiled = [compile_graph(graphs[0], "forward"), compile_graph(graphs[1], "backward")]
+    forward, backward = _local_or_dtensor(compiled, fake_args, n_out)
+    return _TrainingRunner(forward, backward, n_out, conv)
 
 
-def _dry_run(graphs: list[fx.GraphModule], example_inputs, conv: Conversions, n_out: int) -> None:
+def _local_or_dtensor(compiled: list[Callable], fake_args: list, n_out: int) -> list[Callable]:
+    """The compiled graphs lowered to local tensors (Note [Local execution of the global
+    view]), or as they are (ops between regions dispatch through DTensor) where they cannot be."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = torch._guards.detect_fake_mode(fake_args) or FakeTensorMode(allow_non_fake_inputs=True)
+    try:
+        with implicit_replication():
+            if len(compiled) == 1:
+                inference, _ = lower_to_local(compiled[0], fake_args)
+                result = [inference]
+            else:
+                n_fwd = len(next(n for n in compiled[0].__wrapped__.graph.nodes if n.op == "output").args[0])
+                forward, outs = lower_to_local(compiled[0], fake_args, local_outputs=frozenset(range(n_out, n_fwd)))
+                with mode:
+                    grads = [torch.ones_like(o) if isinstance(o, torch.Tensor) else o for o in outs[:n_out]]
+                saved = outs[n_out:]
+                backward, _ = lower_to_local(compiled[1], saved + grads,
+                                             local_inputs=frozenset(range(len(saved))))
+                result = [forward, backward]
+    except NotLocal as e:
+        log.warning("nvfuser_dtensor: the global view's ops between regions dispatch through DTensor at run time: %s", e)
+        result, how = compiled, f"DTensor ({e})"
+    else:
+        how = "local tensors, collectives placed at compile time"
+    for c in compiled:
+        c.__wrapped__.meta["report"].between_regions = how
+    return result
+
+
+def _dry_run(graphs: list[fx.GraphModule], example_inputs, conv: Conversions, n_out: int) -> list:
     """Run the aten graphs on fake DTensors: every op must have a DTensor sharding strategy.
 
     At run time the ops outside regions (and a region that falls back) dispatch through
@@ -195,6 +229,7 @@ def _dry_run(graphs: list[fx.GraphModule], example_inputs, conv: Conversions, n_
         with mode, implicit_replication():
             args = conv.wrap_inputs([fake_dtensor(mode, a) if isinstance(a, DTensor) else mode.from_tensor(a)
                                      for a in example_inputs])
+            fake_args = list(args)
             outs = graphs[0](*args)
             if len(graphs) > 1:
                 outs = list(outs)
@@ -202,3 +237,4 @@ def _dry_run(graphs: list[fx.GraphModule], example_inputs, conv: Conversions, n_
                 graphs[1](*outs[n_out:], *grads)
     except Exception as e:
         raise NotGlobalView(f"DTensor cannot run the lowered graph: {_first_line(e)[:250]}") from e
+    return fake_args

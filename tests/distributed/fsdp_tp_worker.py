@@ -65,7 +65,8 @@ def main() -> None:
         torch.testing.assert_close(loss, loss_ref, **TOL, msg=lambda m: f"loss of step {step}: {m}")
     for (name, p_ref), (_, p) in zip(ref.named_parameters(), ours.named_parameters()):
         torch.testing.assert_close(p.full_tensor(), p_ref.full_tensor(), **TOL, msg=lambda m: f"{name}: {m}")
-    paths = sorted({r.kind for r in nb.reports()})
+    paths = sorted({r.kind + ("" if (r.between_regions or "").startswith("local tensors") else ", on DTensor")
+                    for r in nb.reports()})
     regions = sum(len(r.regions) for r in nb.reports())
     sys.stdout.write(f"PASS fsdp_tp paths={paths} regions={regions} rank={rank}\n")  # one write per line
     sys.stdout.flush()

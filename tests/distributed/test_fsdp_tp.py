@@ -23,4 +23,6 @@ def test_fsdp2_over_tp_trains_like_eager_on_the_global_view():
     for paths, regions, _ in passed:
         # Every compiled graph took the global view (nvFuser's multidevice schedule) and fused.
         assert "global view" in paths and "'forward'" not in paths and "'backward'" not in paths, paths
+        # ... and ran on local tensors (Note [Local execution of the global view]).
+        assert "on DTensor" not in paths, paths
         assert int(regions) > 0

@@ -182,3 +182,107 @@ def test_sequence_parallel_output_is_a_reduce_scatter_annotation(mesh):
     relayouts = [t for r in nb.reports() if "global view" in r.kind
                  for region in r.regions for t in getattr(region, "scheduled_relayouts", [])]
     assert any(_device_axis(t) == 1 for t in relayouts), relayouts
+
+
+def test_code_between_regions_runs_on_local_tensors_without_dtensor_dispatch(mesh, monkeypatch):
+    """Note [Local execution of the global view]: the matmul between the regions and the
+    all-gather DTensor places for it are fixed at compile time; a second call dispatches no
+    op on a DTensor outside the region calls (on CPU the evaluator inside them gathers
+    through DTensor, which stands in for nvFuser's communication)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from nvfuser_dtensor_backend.distributed import local_execution
+
+    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)])
+    w = distribute_tensor(torch.randn(16, 32), mesh, [Shard(1)]).requires_grad_()
+    fn = lambda x, w: (torch.relu(x @ w) * 2).sum(1)  # noqa: E731
+    compiled = torch.compile(fn, backend="nvfuser_dtensor")
+    out = compiled(x, w)
+    assert out.placements == fn(x, w).placements == (Partial(),)
+    assert [r.between_regions for r in nb.reports()] == ["local tensors, collectives placed at compile time"] * 2
+
+    seen = {"between": [], "inside": []}
+    inside = [False]
+    real_run = local_execution._LocalRegionCall.run
+
+    class CountDTensorOps(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(isinstance(a, DTensor) for a in torch.utils._pytree.tree_leaves((args, kwargs))):
+                seen["inside" if inside[0] else "between"].append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    def run(self, args):
+        inside[0] = True
+        try:
+            return real_run(self, args)
+        finally:
+            inside[0] = False
+
+    real_call = local_execution.LocalGraph.__call__
+
+    def call(self, args):
+        with CountDTensorOps():  # around the local graph only: dynamo would not run a compiled frame under it
+            return real_call(self, args)
+
+    monkeypatch.setattr(local_execution.LocalGraph, "__call__", call)
+    # Region calls were bound at compile time: re-point them through the patched method.
+    for graph in _local_graph_modules():
+        for node in graph.graph.nodes:
+            if isinstance(getattr(node.target, "__self__", None), local_execution._LocalRegionCall):
+                node.target = run.__get__(node.target.__self__)
+        graph.recompile()
+    out = compiled(x, w)
+    out.to_local().sum().backward()
+    assert seen["between"] == [], seen["between"]
+    assert seen["inside"], "the regions' evaluator should have gathered through DTensor"
+    assert isinstance(out, DTensor) and out.placements == (Partial(),) and out.shape == (8,)
+    assert w.grad.placements == (Shard(1),) and w.grad.shape == (16, 32)
+
+
+def _local_graph_modules():
+    import gc
+
+    from nvfuser_dtensor_backend.distributed.local_execution import LocalGraph
+
+    return [o.gm for o in gc.get_objects() if type(o) is LocalGraph]
+
+
+def test_local_graph_holds_the_collectives_dtensor_places(mesh):
+    """x @ w with x Shard(0) and w Shard(1): DTensor all-gathers x; the local graph holds that
+    all-gather as a functional collective and takes plain local tensors."""
+    from nvfuser_dtensor_backend.distributed import global_view
+
+    made = []
+    real = global_view.lower_to_local
+
+    def spy(*args, **kwargs):
+        graph, outs = real(*args, **kwargs)
+        made.append(graph)
+        return graph, outs
+
+    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)])
+    w = distribute_tensor(torch.randn(16, 32), mesh, [Shard(1)])
+    try:
+        global_view.lower_to_local = spy
+        out = torch.compile(lambda x, w: torch.tanh(x @ w) + 1, backend="nvfuser_dtensor")(x, w)
+    finally:
+        global_view.lower_to_local = real
+    assert out.placements == (Shard(1),)
+    (graph,) = made
+    code = graph.gm.code
+    assert "_c10d_functional.all_gather_into_tensor" in code and "aten.mm" in code, code
+    assert "DTensor" not in code
+    assert [s.placements for s in graph.in_specs] == [(Shard(0),), (Shard(1),)]
+
+
+def test_random_ops_between_regions_keep_dtensor_dispatch():
+    """DTensor's RNG tracker offsets the generator per shard at run time, which a trace
+    would bake in: such a graph keeps running on DTensors, and says so once."""
+    from nvfuser_dtensor_backend.distributed.local_execution import NotLocal, _has_random_ops_outside_regions
+    from torch import fx
+
+    g = fx.symbolic_trace(lambda x: torch.ops.aten.bernoulli.p(x, 0.5))
+    assert _has_random_ops_outside_regions(g) == "aten::bernoulli.p"
+    sdpa = fx.symbolic_trace(lambda q: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(q, q, q))
+    assert _has_random_ops_outside_regions(sdpa) is None  # dropout_p=0
+    assert issubclass(NotLocal, Exception)

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 WORKER = Path(__file__).with_name("tp_worker.py")
-# case -> the path it must take (the local one only where the global view cannot apply).
+# case -> the path it must take (the local one only where the global view cannot apply);
+# "global" also means the code between regions runs on local tensors (Note [Local execution
+# of the global view]), "global-dtensor" that it dispatches through DTensor.
 EXPECTED = {
     "tp_mlp": "global",
     "tp_mlp_fused_matmul": "global",
@@ -49,7 +51,7 @@ def test_every_case_passes_on_every_rank(launch):
 def _check_all_passed(n, proc, expected=EXPECTED):
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-6000:]
-    passed = re.findall(r"PASS (\w+) (global|local) regions=(\d+) rank=(\d+)", text)
+    passed = re.findall(r"PASS (\w+) (global-dtensor|global|local) regions=(\d+) rank=(\d+)", text)
     for case, path in expected.items():
         ranks = {int(r) for c, p, _, r in passed if c == case}
         assert ranks == set(range(n)), (case, ranks, text[-3000:])

@@ -162,6 +162,10 @@ def _path() -> str:
     kinds = [r.kind for r in nb.reports()]
     regions = sum(len(r.partition.regions) for r in nb.reports())
     path = "global" if kinds and all("global view" in k for k in kinds) else "local"
+    # Note [Local execution of the global view]: "global-dtensor" where ops between regions
+    # still dispatch through DTensor at run time.
+    if path == "global" and not all((r.between_regions or "").startswith("local tensors") for r in nb.reports()):
+        path = "global-dtensor"
     return f"{path} regions={regions}"
 
 

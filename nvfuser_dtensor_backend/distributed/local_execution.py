@@ -1,0 +1,306 @@
+"""Global-view graphs run on local tensors (Note [Local execution of the global view]).
+
+Note [Local execution of the global view]
+A global-view graph (global_view.py) is partitioned on global shapes: its regions are
+nvFuser fusions with mesh annotations, and the code between them is aten on DTensors. Run
+as it is, every op between regions dispatches through DTensor on every call (sharding
+propagation, redistribution, wrapping), which made the global view about 3x slower than
+the local path on one H200 (benchmarks/results/h200_tp1_global_view).
+
+So the placement of every value is decided once, at compile time, by tracing the
+partitioned graph with ``make_fx`` on fake DTensors: DTensor's dispatch runs during the
+trace and leaves behind what it would do at run time, the local aten ops and the
+collectives (functional collectives, ``_c10d_functional.*``) it places. Each region is
+traced as one opaque call, ``nvfuser_dtensor::region``, on local tensors: its inputs are
+redistributed first where the region needs it (``Partial`` inputs all-reduced, as
+``GlobalViewRegion`` does) and its outputs get the placements eager DTensor gives, found
+on fake DTensors. After the trace, each region call node calls a :class:`_LocalRegionCall`
+directly. The graph that runs is then plain: local tensors in, local tensors out, no
+DTensor dispatch on the per-call path.
+
+A region call keeps the global view inside: the fusion is defined on global shapes with
+its inputs' meshes and shardings, and nvFuser inserts its communication. Its first call
+goes through :class:`GlobalViewRegion` on DTensors (which builds the fusion and finds
+nvFuser's output shardings); when those are the placements the trace assumed, later calls
+run ``fd.execute`` on the local tensors directly. Anything else (the CPU evaluator, a
+region that fell back to PyTorch, an output nvFuser shards otherwise) keeps the DTensor
+call for that region only, so the answer stays eager DTensor's.
+
+Graphs with random ops outside regions keep running on DTensors: DTensor's RNG tracker
+offsets the generator for each shard at run time, which a trace would bake in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import warnings
+from typing import Callable
+
+import torch
+from torch import fx
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.experimental import implicit_replication
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
+
+from .dtensor import has_partial, without_partial
+from .dtensor_region import GlobalViewRegion, _GlobalViewEntry, _fast_key, _replicated_like, fake_dtensor
+
+log = logging.getLogger("nvfuser_dtensor_backend")
+
+
+class NotLocal(Exception):
+    """Why a global-view graph keeps running on DTensors."""
+
+
+# Region calls of all local graphs, by the id the traced op carries.
+_CALLS: dict[int, "_LocalRegionCall"] = {}
+_IDS = itertools.count()
+
+
+@torch.library.custom_op("nvfuser_dtensor::region", mutates_args=())
+def _region_op(region_id: int, args: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _CALLS[region_id].run(args)
+
+
+@_region_op.register_fake
+def _(region_id, args):
+    return [torch.empty_strided(m.shape, m.stride(), dtype=m.dtype, device=m.device)
+            for m in _CALLS[region_id].out_locals]
+
+
+class _LocalRegionCall:
+    """One region call of a local graph: local tensors in, local tensors out, each with the
+    DTensor spec fixed at compile time (see the Note)."""
+
+    def __init__(self, region: GlobalViewRegion, in_specs: list, out_specs: list, out_locals: list):
+        self.region = region
+        self.in_specs = in_specs  # DTensorSpec, or None for a plain tensor (Replicate)
+        self.out_specs = out_specs
+        self.out_locals = out_locals  # fake local outputs (for the traced op's shapes)
+        self.fast: _GlobalViewEntry | None = None
+        self.tried_fast = False
+
+    def run(self, args: list) -> list:
+        fast = self.fast
+        if fast is not None:
+            try:
+                outs = fast.fd.execute(args)
+            except Exception:  # the region's own recovery decides (fallback, one warning)
+                self.fast = None
+            else:
+                for i in fast.contiguous:
+                    if not outs[i].is_contiguous():
+                        outs[i] = outs[i].contiguous()
+                return [outs[i] for i in fast.index]
+        dts = [DTensor(a.detach(), spec, requires_grad=False) if spec is not None else a
+               for a, spec in zip(args, self.in_specs)]
+        outs = self.region.forward(*dts)
+        outs = (outs,) if self.region._single else outs
+        results = []
+        restrided = False
+        for o, spec, like in zip(outs, self.out_specs, self.out_locals):
+            if tuple(o.placements) != spec.placements:  # not expected: GlobalViewRegion gives eager's
+                o = o.redistribute(spec.mesh, spec.placements)
+            t = _like(o._local_tensor, like)
+            restrided |= t is not o._local_tensor
+            results.append(t)
+        if not self.tried_fast:
+            self.tried_fast = True
+            self.fast = None if restrided else self._fast_entry(dts)
+        return results
+
+    def _fast_entry(self, dts) -> _GlobalViewEntry | None:
+        """The region's nvFuser entry, when running it on local tensors gives what the trace
+        assumed: nvFuser's output shardings are the expected placements."""
+        opts = self.region.options
+        if opts.check_layouts or opts.verify:
+            return None
+        entry = self.region._entries.get(tuple(map(_fast_key, dts)))
+        if type(entry) is not _GlobalViewEntry or entry.placements is None:
+            return None
+        for j, i in enumerate(entry.index):
+            if tuple(entry.placements[i]) != tuple(entry.expected[j]) or \
+                    tuple(entry.expected[j]) != self.out_specs[j].placements:
+                return None
+        return entry
+
+
+def _like(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``t`` with the strides the trace gave ``like`` (a copy only where they differ): the
+    local graph's ops were traced on those strides, and some (collectives, views) need them."""
+    if t.stride() == like.stride() or t.dim() != like.dim():
+        return t
+    if like.is_contiguous():
+        return t.contiguous()
+    return torch.empty_strided(t.shape, like.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+
+class _RegionTracer:
+    """Stands in for a region's call while the partitioned graph is traced (see the Note)."""
+
+    def __init__(self, region: GlobalViewRegion, calls: list[int]):
+        self.region = region
+        self.calls = calls
+
+    def trace(self, *args):
+        mesh = next(a.device_mesh for a in args if isinstance(a, DTensor))
+        prepared = []
+        for a in args:
+            if isinstance(a, DTensor):
+                if has_partial(a.placements):  # nvFuser takes no Partial input: all-reduced first
+                    a = a.redistribute(a.device_mesh, without_partial(a.placements))
+                prepared.append(a)
+            elif isinstance(a, torch.Tensor):
+                prepared.append(a)
+            else:
+                raise NotLocal(f"region {self.region.name} takes a {type(a).__name__}")
+        outs = _fake_outputs(self.region, prepared, mesh)
+        in_specs = [a._spec if isinstance(a, DTensor) else None for a in prepared]
+        call = _LocalRegionCall(self.region, in_specs, [o._spec for o in outs],
+                                [o._local_tensor for o in outs])
+        region_id = next(_IDS)
+        _CALLS[region_id] = call
+        self.calls.append(region_id)
+        locals_ = _region_op(region_id, [a._local_tensor if isinstance(a, DTensor) else a for a in prepared])
+        results = tuple(DTensor.from_local(t, o.device_mesh, o.placements, run_check=False, shape=o.shape,
+                                           stride=o.stride()) for t, o in zip(locals_, outs))
+        return results[0] if self.region._single else results
+
+
+def _fake_outputs(region: GlobalViewRegion, args: list, mesh) -> list[DTensor]:
+    """The region's outputs as eager DTensor places them, on fake DTensors outside the trace."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = torch._guards.detect_fake_mode() or FakeTensorMode(allow_non_fake_inputs=True)
+    with disable_proxy_modes_tracing(), mode:
+        fake = [fake_dtensor(mode, a) if isinstance(a, DTensor)
+                else _replicated_like(mode.from_tensor(a), mesh) if a.dim() > 0 else mode.from_tensor(a)
+                for a in args]
+        with implicit_replication():
+            outs = region.region(*fake)
+    outs = (outs,) if region._single else tuple(outs)
+    if not all(isinstance(o, DTensor) for o in outs):
+        raise NotLocal(f"region {region.name} has an output that is not a DTensor")
+    return list(outs)
+
+
+class LocalGraph:
+    """A global-view graph that runs on local tensors (see the Note).
+
+    Called like the compiled graph it replaces (a list of DTensors and plain tensors), it
+    returns DTensors for the outputs that are DTensors in the global view. Inputs listed in
+    ``local_inputs`` and outputs in ``local_outputs`` pass as local tensors (activations
+    saved between the forward and the backward).
+    """
+
+    def __init__(self, gm: fx.GraphModule, in_specs: list, in_locals: list, out_specs: list,
+                 local_inputs: frozenset[int], local_outputs: frozenset[int], region_calls: list[int]):
+        self.gm = gm
+        self.in_specs = in_specs
+        self.in_strides = [t.stride() if isinstance(t, torch.Tensor) else None for t in in_locals]
+        self.in_locals = in_locals
+        self.out_specs = out_specs
+        self.local_inputs = local_inputs
+        self.local_outputs = local_outputs
+        self.region_calls = region_calls
+
+    def __call__(self, args: list) -> list:
+        locals_ = []
+        for i, (a, spec) in enumerate(zip(args, self.in_specs)):
+            if spec is not None and i not in self.local_inputs:
+                if a.placements != spec.placements:  # a gradient placed otherwise than assumed
+                    a = a.redistribute(spec.mesh, spec.placements)
+                a = a._local_tensor
+            if isinstance(a, torch.Tensor) and a.stride() != self.in_strides[i]:
+                a = _like(a, self.in_locals[i])  # e.g. an expanded gradient of a sum
+            locals_.append(a)
+        outs = self.gm(*locals_)
+        return [DTensor(o, spec, requires_grad=False) if spec is not None and j not in self.local_outputs else o
+                for j, (o, spec) in enumerate(zip(outs, self.out_specs))]
+
+
+def _has_random_ops_outside_regions(fused: fx.GraphModule) -> str | None:
+    for node in fused.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
+                and torch.Tag.nondeterministic_seeded in node.target.tags and not _no_dropout(node):
+            return node.target.name()
+    return None
+
+
+def _no_dropout(node: fx.Node) -> bool:
+    """Attention ops are tagged random for their dropout; with ``dropout_p=0`` they are not."""
+    names = [a.name for a in node.target._schema.arguments]
+    if "dropout_p" not in names:
+        return False
+    i = names.index("dropout_p")
+    p = node.args[i] if i < len(node.args) else node.kwargs.get("dropout_p", 0.0)
+    return p == 0
+
+
+def lower_to_local(compiled: Callable, args: list, local_inputs: frozenset[int] = frozenset(),
+                   local_outputs: frozenset[int] = frozenset()) -> tuple[LocalGraph, list]:
+    """Trace ``compiled`` (compile_aten_graph's boxed global-view graph) on ``args`` (fake
+    DTensors and fake plain tensors) into a :class:`LocalGraph`; also returns the fake
+    outputs, for the graph that consumes them. Raises :class:`NotLocal`."""
+    fused = getattr(compiled, "__wrapped__", None)
+    if not isinstance(fused, fx.GraphModule):
+        raise NotLocal("the compiled graph is not a partitioned GraphModule")
+    op = _has_random_ops_outside_regions(fused)
+    if op is not None:
+        raise NotLocal(f"random op {op} outside the regions (DTensor's RNG tracker runs per call)")
+    calls: list[int] = []
+    tracing = fx.GraphModule(fused, _with_tracers(fused.graph, calls))
+
+    in_specs = [a._spec if isinstance(a, DTensor) else None for a in args]
+    out_specs: list = []
+    fake_outs: list = []
+
+    def local_graph(*locals_):
+        dts = [DTensor.from_local(t, s.mesh, s.placements, run_check=False, shape=s.shape, stride=s.stride)
+               if s is not None else t for t, s in zip(locals_, in_specs)]
+        with implicit_replication():
+            outs = tracing(*dts)
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        out_specs[:] = [o._spec if isinstance(o, DTensor) else None for o in outs]
+        fake_outs[:] = outs
+        return [o._local_tensor if isinstance(o, DTensor) else o for o in outs]
+
+    locals_ = [a._local_tensor if isinstance(a, DTensor) else a for a in args]
+    try:
+        with warnings.catch_warnings():  # DTensor's own, about requires_grad of fake locals
+            warnings.filterwarnings("ignore", "To construct DTensor from torch.Tensor")
+            gm = make_fx(local_graph)(*locals_)
+    except NotLocal:
+        raise
+    except Exception as e:
+        raise NotLocal(f"tracing the local graph failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+    _call_regions_directly(gm)
+    with disable_proxy_modes_tracing():
+        outs = [DTensor(o._local_tensor.detach(), o._spec, requires_grad=False) if isinstance(o, DTensor) else o
+                for o in fake_outs]
+    return LocalGraph(gm, in_specs, locals_, list(out_specs), local_inputs, local_outputs, calls), outs
+
+
+def _with_tracers(graph: fx.Graph, calls: list[int]) -> fx.Graph:
+    """A copy of ``graph`` whose region calls go to :class:`_RegionTracer`."""
+    new = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in graph.nodes:
+        copied = new.node_copy(node, lambda n: env[n])
+        region = getattr(node.target, "__self__", None)
+        if node.op == "call_function" and isinstance(region, GlobalViewRegion):
+            copied.target = _RegionTracer(region, calls).trace
+        env[node] = copied
+    return new
+
+
+def _call_regions_directly(gm: fx.GraphModule) -> None:
+    """Region op nodes -> calls of their :class:`_LocalRegionCall` (no dispatcher per call)."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.nvfuser_dtensor.region.default:
+            region_id, args = node.args
+            node.target = _CALLS[region_id].run
+            node.args = (args,)
+    gm.recompile()
+
