@@ -189,8 +189,9 @@ def _global_view_choice(opts: Options, example_inputs) -> str | None:
     on_cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in example_inputs)
     if opts.global_view == "auto" and on_cuda:
         why = multidevice_abi_reason() or (
-            "on the H200 it ran about 3x slower than the local path (ops outside fusions dispatch "
-            "through DTensor at run time, benchmarks/results/h200_tp1_global_view)")
+            "on the H200 it ran about 3x slower than the local path when ops outside fusions dispatched "
+            "through DTensor at run time (benchmarks/results/h200_tp1_global_view); they now run on local "
+            "tensors, not yet re-measured there")
         return f"the global view is opt-in on CUDA (options={{'global_view': True}}): {why}"
     return None
 

@@ -33,9 +33,14 @@ class Options:
             ``False`` on the local path (AOTAutograd's per-rank desugaring), ``"auto"``
             (default): the global view on CPU, the local path on CUDA, where the global view
             is correct (H200, mesh of one GPU) but measured about 3x slower (ops outside
-            fusions dispatch through DTensor at run time); the log line says why, and names
+            fusions dispatched through DTensor at run time); the log line says why, and names
             an nvFuser wheel built for another torch than the running one (its multidevice
-            runtime then corrupts the heap: scripts/gpu_nvfuser_abi_fix.py).
+            runtime then corrupts the heap: scripts/gpu_nvfuser_abi_fix.py). The 3x was measured
+            before Note [Local execution of the global view]; not yet re-measured.
+        dtensor_runtime: the global view's code between regions dispatches through DTensor on
+            every call, as before Note [Local execution of the global view] (default
+            ``False``: it is traced once into local aten ops and functional collectives). For
+            A/B benchmarks and as an escape hatch.
         check_layouts: debug check of Note [Output layout contract] (fusion.py): every
             region output's strides are compared with the ones aten recorded, on every
             call; a mismatch raises ``LayoutContractError``. Also set by the environment
@@ -67,6 +72,7 @@ class Options:
     verify: bool = False
     cuda_graphs: bool | str = "auto"
     pad_matmuls: bool | str = "auto"
+    dtensor_runtime: bool = False
 
     @staticmethod
     def from_dict(options: dict[str, Any] | None) -> "Options":
@@ -92,7 +98,7 @@ class Options:
             raise OptionsError(f"cache_size must be a positive int, got {opts.cache_size!r}")
         if not isinstance(opts.fuse_matmul, bool):
             raise OptionsError(f"fuse_matmul must be a bool, got {opts.fuse_matmul!r}")
-        for name in ("check_layouts", "verify"):
+        for name in ("check_layouts", "verify", "dtensor_runtime"):
             if not isinstance(getattr(opts, name), bool):
                 raise OptionsError(f"{name} must be a bool, got {getattr(opts, name)!r}")
         if opts.cuda_graphs not in (True, False, "auto"):

@@ -5,11 +5,12 @@ Dynamo hands over plain torch code whose DTensor inputs carry global shapes. We 
 to aten with AOTAutograd's ``aot_export_joint_simple`` on plain fake tensors of the
 GLOBAL shapes (so no collectives are traced in), split the joint graph into forward and
 backward with the min-cut partitioner, and partition each into nvFuser regions that run
-as :class:`GlobalViewRegion`. At run time the aten graphs run on the real DTensors: ops
-outside regions dispatch through DTensor (PyTorch runs their collectives), regions run
-nvFuser on the local shards. The forward and backward are tied together by our own
-``autograd.Function``: AOTAutograd's runtime wrapper would reject DTensor grad_outputs for a
-graph traced with plain tensors.
+as :class:`GlobalViewRegion`. Each partitioned graph is then traced once more on fake
+DTensors into a graph on local tensors (Note [Local execution of the global view],
+local_execution.py): ops outside regions become local aten ops and the functional
+collectives DTensor places for them, regions run nvFuser on the local shards. The forward
+and backward are tied together by our own ``autograd.Function``: AOTAutograd's runtime
+wrapper would reject DTensor grad_outputs for a graph traced with plain tensors.
 
 The tensor-parallel closures of ``parallelize_module`` are rewritten first
 (tp_conversions.py). Graphs the global view cannot take (``Partial`` or unevenly sharded
@@ -176,12 +177,16 @@ def compile_global_view(gm: fx.GraphModule, example_inputs, options: Options,
     def compile_graph(g, kind):
         return compile_aten_graph(g, None, options, kind, region_cls=GlobalViewRegion)
 
+    compiled = [compile_graph(graphs[0], "inference")] if not train else \
+        [compile_graph(graphs[0], "forward"), compile_graph(graphs[1], "backward")]
+    if options.dtensor_runtime:
+        for c in compiled:
+            c.__wrapped__.meta["report"].between_regions = "DTensor (options dtensor_runtime=True)"
+    else:
+        compiled = _local_or_dtensor(compiled, fake_args, n_out)
     if not train:
-        compiled = compile_graph(graphs[0], "inference")
-        return _InferenceRunner(_local_or_dtensor([compiled], fake_args, n_out)[0], conv)
-    compiled = [compile_graph(graphs[0], "forward"), compile_graph(graphs[1], "backward")]
-    forward, backward = _local_or_dtensor(compiled, fake_args, n_out)
-    return _TrainingRunner(forward, backward, n_out, conv)
+        return _InferenceRunner(compiled[0], conv)
+    return _TrainingRunner(compiled[0], compiled[1], n_out, conv)
 
 
 def _local_or_dtensor(compiled: list[Callable], fake_args: list, n_out: int) -> list[Callable]:

@@ -286,3 +286,74 @@ def test_random_ops_between_regions_keep_dtensor_dispatch():
     sdpa = fx.symbolic_trace(lambda q: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(q, q, q))
     assert _has_random_ops_outside_regions(sdpa) is None  # dropout_p=0
     assert issubclass(NotLocal, Exception)
+
+
+def _stub_region_and_entry(mesh, x, shardings, fail=False):
+    """A region whose first call (on DTensors) leaves a _GlobalViewEntry with a stub fd."""
+    from nvfuser_dtensor_backend.distributed.dtensor_region import _GlobalViewEntry, _fast_key
+
+    class FD:
+        calls = []
+
+        def execute(self, args):
+            self.calls.append(args)
+            if fail:
+                raise RuntimeError("nvFuser failed")
+            return [args[0] * 3, args[0] + 1]
+
+    class Built:
+        output_index = [1, 0]  # region output j is fusion output output_index[j]
+        fd = FD()
+
+    entry = _GlobalViewEntry(Built, False, mesh, [(Shard(0),), (Shard(0),)], frozenset())
+    entry.placements = shardings  # nvFuser's output shardings, read on the first call on GPU
+
+    class Region:
+        name = "stub"
+        _single = False
+        options = nb.Options()
+        _entries = {}
+
+        def forward(self, *dts):
+            self._entries[tuple(map(_fast_key, dts))] = entry
+            return dts[0] + 1, dts[0] * 3
+
+    return Region(), Built.fd
+
+
+@pytest.mark.parametrize("case", ["fast", "other_shardings", "fd_fails"])
+def test_region_call_runs_fd_execute_on_local_tensors_once_shardings_match(mesh, case):
+    """The GPU fast path of a region call (the CPU evaluator never takes it): after the first
+    call through DTensor, ``fd.execute`` runs on the local tensors directly, but only when
+    nvFuser's output shardings are the placements the trace assumed; a failing execute goes
+    back to the DTensor call."""
+    from nvfuser_dtensor_backend.distributed.local_execution import _LocalRegionCall
+
+    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)])
+    local = x.to_local()
+    shardings = [(Replicate(),), (Shard(0),)] if case == "other_shardings" else [(Shard(0),), (Shard(0),)]
+    region, fd = _stub_region_and_entry(mesh, x, shardings, fail=case == "fd_fails")
+    call = _LocalRegionCall(region, [x._spec], [x._spec, x._spec], [local, local])
+    first = call.run([local])
+    torch.testing.assert_close(first[0], local + 1)
+    assert (call.fast is not None) == (case != "other_shardings")
+    second = call.run([local])
+    torch.testing.assert_close(second[0], local + 1)
+    torch.testing.assert_close(second[1], local * 3)
+    if case == "other_shardings":
+        assert fd.calls == []
+    else:
+        assert len(fd.calls) == 1 and fd.calls[0][0] is local
+    if case == "fd_fails":
+        assert call.fast is None
+
+
+def test_dtensor_runtime_option_keeps_dtensor_dispatch(mesh):
+    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)])
+    w = distribute_tensor(torch.randn(16, 32), mesh, [Shard(1)])
+    fn = lambda x, w: torch.tanh(x @ w) + 1  # noqa: E731
+    out = torch.compile(fn, backend="nvfuser_dtensor", options={"dtensor_runtime": True})(x, w)
+    assert out.placements == fn(x, w).placements
+    (report,) = nb.reports()
+    assert report.between_regions == "DTensor (options dtensor_runtime=True)"
+    assert "between regions: DTensor" in report.summary()
