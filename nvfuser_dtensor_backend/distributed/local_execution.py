@@ -53,7 +53,7 @@ class NotLocal(Exception):
     """Why a global-view graph keeps running on DTensors."""
 
 
-# Region calls of all local graphs, by the id the traced op carries.
+# Region calls by the id the traced op carries, while a local graph is traced.
 _CALLS: dict[int, "_LocalRegionCall"] = {}
 _IDS = itertools.count()
 
@@ -195,7 +195,7 @@ class LocalGraph:
     """
 
     def __init__(self, gm: fx.GraphModule, in_specs: list, in_locals: list, out_specs: list,
-                 local_inputs: frozenset[int], local_outputs: frozenset[int], region_calls: list[int]):
+                 local_inputs: frozenset[int], local_outputs: frozenset[int]):
         self.gm = gm
         self.in_specs = in_specs
         self.in_strides = [t.stride() if isinstance(t, torch.Tensor) else None for t in in_locals]
@@ -203,7 +203,6 @@ class LocalGraph:
         self.out_specs = out_specs
         self.local_inputs = local_inputs
         self.local_outputs = local_outputs
-        self.region_calls = region_calls
 
     def __call__(self, args: list) -> list:
         locals_ = []
@@ -271,15 +270,18 @@ def lower_to_local(compiled: Callable, args: list, local_inputs: frozenset[int] 
         with warnings.catch_warnings():  # DTensor's own, about requires_grad of fake locals
             warnings.filterwarnings("ignore", "To construct DTensor from torch.Tensor")
             gm = make_fx(local_graph)(*locals_)
+        _call_regions_directly(gm)
     except NotLocal:
         raise
     except Exception as e:
         raise NotLocal(f"tracing the local graph failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
-    _call_regions_directly(gm)
+    finally:
+        for region_id in calls:  # the graph holds its region calls now; the table was for the trace
+            _CALLS.pop(region_id, None)
     with disable_proxy_modes_tracing():
         outs = [DTensor(o._local_tensor.detach(), o._spec, requires_grad=False) if isinstance(o, DTensor) else o
                 for o in fake_outs]
-    return LocalGraph(gm, in_specs, locals_, list(out_specs), local_inputs, local_outputs, calls), outs
+    return LocalGraph(gm, in_specs, locals_, list(out_specs), local_inputs, local_outputs), outs
 
 
 def _with_tracers(graph: fx.Graph, calls: list[int]) -> fx.Graph:
