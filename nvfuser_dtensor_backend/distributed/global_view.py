@@ -121,7 +121,10 @@ class _GlobalViewFunction(torch.autograd.Function):
 
 
 class _TrainingRunner:
-    def __init__(self, forward: Callable, backward: Callable, n_out: int, conv: Conversions):
+    """``conv`` is None where the graphs take and return the TP conversions' local tensors
+    themselves (Note [Local execution of the global view])."""
+
+    def __init__(self, forward: Callable, backward: Callable, n_out: int, conv: Conversions | None):
         self.forward = forward
         self.backward = backward
         self.n_out = n_out
@@ -129,17 +132,21 @@ class _TrainingRunner:
 
     def __call__(self, *args):
         with implicit_replication():
+            if self.conv is None:
+                return _GlobalViewFunction.apply(self, *args)
             args = self.conv.wrap_inputs(list(args))
             return self.conv.unwrap_outputs(_GlobalViewFunction.apply(self, *args))
 
 
 class _InferenceRunner:
-    def __init__(self, forward: Callable, conv: Conversions):
+    def __init__(self, forward: Callable, conv: Conversions | None):
         self.forward = forward
         self.conv = conv
 
     def __call__(self, *args):
         with implicit_replication():
+            if self.conv is None:
+                return tuple(self.forward(list(args)))
             args = self.conv.wrap_inputs(list(args))
             return self.conv.unwrap_outputs(self.forward(args))
 
@@ -179,35 +186,49 @@ def compile_global_view(gm: fx.GraphModule, example_inputs, options: Options,
 
     compiled = [compile_graph(graphs[0], "inference")] if not train else \
         [compile_graph(graphs[0], "forward"), compile_graph(graphs[1], "backward")]
+    runs = compiled
     if options.dtensor_runtime:
         for c in compiled:
             c.__wrapped__.meta["report"].between_regions = "DTensor (options dtensor_runtime=True)"
     else:
-        compiled = _local_or_dtensor(compiled, fake_args, n_out)
+        runs = _local_or_dtensor(compiled, fake_args, n_out, conv)
+    # Local graphs take and return the conversions' local tensors themselves.
+    conv_at_run = None if runs is not compiled else conv
     if not train:
-        return _InferenceRunner(compiled[0], conv)
-    return _TrainingRunner(compiled[0], compiled[1], n_out, conv)
+        return _InferenceRunner(runs[0], conv_at_run)
+    return _TrainingRunner(runs[0], runs[1], n_out, conv_at_run)
 
 
-def _local_or_dtensor(compiled: list[Callable], fake_args: list, n_out: int) -> list[Callable]:
+def _local_or_dtensor(compiled: list[Callable], fake_args: list, n_out: int, conv: Conversions) -> list[Callable]:
     """The compiled graphs lowered to local tensors (Note [Local execution of the global
-    view]), or as they are (ops between regions dispatch through DTensor) where they cannot be."""
+    view]), or as they are (ops between regions dispatch through DTensor) where they cannot be.
+
+    The TP conversions move into the local graphs: a ``from_local`` input is taken as the
+    local tensor it wraps, a ``to_local`` output is redistributed in the graph and returned
+    local, and in the backward their gradients are the local tensors autograd passes."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = torch._guards.detect_fake_mode(fake_args) or FakeTensorMode(allow_non_fake_inputs=True)
+    conv_in, conv_out = frozenset(conv.inputs), dict(conv.outputs)
     try:
         with implicit_replication():
             if len(compiled) == 1:
-                inference, _ = lower_to_local(compiled[0], fake_args)
+                inference, _ = lower_to_local(compiled[0], fake_args, local_inputs=conv_in,
+                                              local_outputs=frozenset(conv_out), out_placements=conv_out)
                 result = [inference]
             else:
                 n_fwd = len(next(n for n in compiled[0].__wrapped__.graph.nodes if n.op == "output").args[0])
-                forward, outs = lower_to_local(compiled[0], fake_args, local_outputs=frozenset(range(n_out, n_fwd)))
+                forward, outs = lower_to_local(compiled[0], fake_args, local_inputs=conv_in,
+                                               local_outputs=frozenset(range(n_out, n_fwd)) | frozenset(conv_out),
+                                               out_placements=conv_out)
                 with mode:
                     grads = [torch.ones_like(o) if isinstance(o, torch.Tensor) else o for o in outs[:n_out]]
                 saved = outs[n_out:]
-                backward, _ = lower_to_local(compiled[1], saved + grads,
-                                             local_inputs=frozenset(range(len(saved))))
+                n_saved = len(saved)
+                backward, _ = lower_to_local(
+                    compiled[1], saved + grads,
+                    local_inputs=frozenset(range(n_saved)) | frozenset(n_saved + j for j in conv_out),
+                    local_outputs=conv_in, out_placements=dict(conv.inputs))
                 result = [forward, backward]
     except NotLocal as e:
         log.warning("nvfuser_dtensor: the global view's ops between regions dispatch through DTensor at run time: %s", e)

@@ -238,10 +238,13 @@ def _no_dropout(node: fx.Node) -> bool:
 
 
 def lower_to_local(compiled: Callable, args: list, local_inputs: frozenset[int] = frozenset(),
-                   local_outputs: frozenset[int] = frozenset()) -> tuple[LocalGraph, list]:
+                   local_outputs: frozenset[int] = frozenset(),
+                   out_placements: dict[int, tuple] | None = None) -> tuple[LocalGraph, list]:
     """Trace ``compiled`` (compile_aten_graph's boxed global-view graph) on ``args`` (fake
     DTensors and fake plain tensors) into a :class:`LocalGraph`; also returns the fake
-    outputs, for the graph that consumes them. Raises :class:`NotLocal`."""
+    outputs, for the graph that consumes them. ``out_placements`` maps an output to the
+    ``(mesh, placements)`` it is redistributed to inside the graph (a ``to_local`` of
+    ``parallelize_module`` after it, or a ``from_local``'s gradient). Raises :class:`NotLocal`."""
     fused = getattr(compiled, "__wrapped__", None)
     if not isinstance(fused, fx.GraphModule):
         raise NotLocal("the compiled graph is not a partitioned GraphModule")
@@ -261,6 +264,9 @@ def lower_to_local(compiled: Callable, args: list, local_inputs: frozenset[int] 
         with implicit_replication():
             outs = tracing(*dts)
         outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        for j, (mesh, placements) in (out_placements or {}).items():
+            if isinstance(outs[j], DTensor) and tuple(outs[j].placements) != tuple(placements):
+                outs[j] = outs[j].redistribute(mesh, placements)
         out_specs[:] = [o._spec if isinstance(o, DTensor) else None for o in outs]
         fake_outs[:] = outs
         return [o._local_tensor if isinstance(o, DTensor) else o for o in outs]

@@ -5,7 +5,10 @@ path taken, the device axes nvFuser's inputs carry, output shapes and placements
 are checked on gloo ranks in test_tensor_parallel.py.
 """
 
+import contextlib
 import logging
+import os
+import sys
 
 import pytest
 import torch
@@ -189,27 +192,68 @@ def test_code_between_regions_runs_on_local_tensors_without_dtensor_dispatch(mes
     all-gather DTensor places for it are fixed at compile time; a second call dispatches no
     op on a DTensor outside the region calls (on CPU the evaluator inside them gathers
     through DTensor, which stands in for nvFuser's communication)."""
+    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)])
+    w = distribute_tensor(torch.randn(16, 32), mesh, [Shard(1)]).requires_grad_()
+    fn = lambda x, w: torch.relu(x @ w) * 2  # noqa: E731
+    compiled = torch.compile(fn, backend="nvfuser_dtensor")
+    out = compiled(x, w)
+    assert out.placements == fn(x, w).placements == (Shard(1),)
+    assert [r.between_regions for r in nb.reports()] == ["local tensors, collectives placed at compile time"] * 2
+    grad = distribute_tensor(torch.randn(8, 32), mesh, [Shard(1)])
+    with _count_dtensor_work_between_regions(monkeypatch) as seen:
+        out = compiled(x, w)
+        torch.autograd.backward([out], [grad])
+    assert seen["between"] == [], seen["between"]
+    assert seen["inside"], "the regions' evaluator should have gathered through DTensor"
+    assert isinstance(out, DTensor) and out.placements == (Shard(1),) and out.shape == (8, 32)
+    assert w.grad.placements == (Shard(1),) and w.grad.shape == (16, 32)
+
+
+def test_tp_module_calls_no_dtensor_api_between_regions(mesh, monkeypatch):
+    """A parallelize_module MLP: its from_local / redistribute / to_local closures are part
+    of the local graphs too (in the forward, and their gradients in the backward), so a
+    training step calls neither DTensor's ops nor its API outside the region calls."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from models import MLP, tp_mlp_plan
+
+    model = parallelize_module(MLP(32, 128, approximate="none"), mesh, tp_mlp_plan())
+    compiled = torch.compile(model, backend="nvfuser_dtensor")
+    x = torch.randn(2, 8, 32, requires_grad=True)
+    compiled(x).sum().backward()
+    assert {r.between_regions for r in nb.reports()} == {"local tensors, collectives placed at compile time"}
+    with _count_dtensor_work_between_regions(monkeypatch) as seen:
+        out = compiled(x)
+        out.sum().backward()
+    assert not isinstance(out, DTensor) and out.shape == (2, 8, 32)
+    assert x.grad is not None and not isinstance(x.grad, DTensor)
+    assert seen["between"] == [], seen["between"]
+    # The hook sees the API where it is called: the CPU evaluator gathers inside the regions.
+    assert "DTensor.full_tensor" in seen["inside"], seen["inside"]
+
+
+@contextlib.contextmanager
+def _count_dtensor_work_between_regions(monkeypatch):
+    """From now on, record DTensor ops and the DTensor API calls (from_local, to_local,
+    redistribute) made inside the local graphs' region calls and outside them."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from nvfuser_dtensor_backend.distributed import local_execution
 
-    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)])
-    w = distribute_tensor(torch.randn(16, 32), mesh, [Shard(1)]).requires_grad_()
-    fn = lambda x, w: (torch.relu(x @ w) * 2).sum(1)  # noqa: E731
-    compiled = torch.compile(fn, backend="nvfuser_dtensor")
-    out = compiled(x, w)
-    assert out.placements == fn(x, w).placements == (Partial(),)
-    assert [r.between_regions for r in nb.reports()] == ["local tensors, collectives placed at compile time"] * 2
-
     seen = {"between": [], "inside": []}
     inside = [False]
-    real_run = local_execution._LocalRegionCall.run
+
+    def where():
+        return seen["inside" if inside[0] else "between"]
 
     class CountDTensorOps(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if any(isinstance(a, DTensor) for a in torch.utils._pytree.tree_leaves((args, kwargs))):
-                seen["inside" if inside[0] else "between"].append(str(func))
+                where().append(str(func))
             return func(*args, **(kwargs or {}))
+
+    real_run = local_execution._LocalRegionCall.run
+    real_call = local_execution.LocalGraph.__call__
 
     def run(self, args):
         inside[0] = True
@@ -218,11 +262,18 @@ def test_code_between_regions_runs_on_local_tensors_without_dtensor_dispatch(mes
         finally:
             inside[0] = False
 
-    real_call = local_execution.LocalGraph.__call__
-
     def call(self, args):
         with CountDTensorOps():  # around the local graph only: dynamo would not run a compiled frame under it
             return real_call(self, args)
+
+    # DTensor's API, seen by a profile hook: patching DTensor.from_local would fail dynamo's
+    # guards on it and recompile.
+    api = {"from_local", "to_local", "redistribute", "full_tensor"}
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_name in api and frame.f_code.co_filename.endswith(
+                os.path.join("distributed", "tensor", "_api.py")):
+            where().append(f"DTensor.{frame.f_code.co_name}")
 
     monkeypatch.setattr(local_execution.LocalGraph, "__call__", call)
     # Region calls were bound at compile time: re-point them through the patched method.
@@ -231,12 +282,11 @@ def test_code_between_regions_runs_on_local_tensors_without_dtensor_dispatch(mes
             if isinstance(getattr(node.target, "__self__", None), local_execution._LocalRegionCall):
                 node.target = run.__get__(node.target.__self__)
         graph.recompile()
-    out = compiled(x, w)
-    out.to_local().sum().backward()
-    assert seen["between"] == [], seen["between"]
-    assert seen["inside"], "the regions' evaluator should have gathered through DTensor"
-    assert isinstance(out, DTensor) and out.placements == (Partial(),) and out.shape == (8,)
-    assert w.grad.placements == (Shard(1),) and w.grad.shape == (16, 32)
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(None)
 
 
 def _local_graph_modules():
