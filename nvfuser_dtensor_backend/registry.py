@@ -126,6 +126,11 @@ def op_name(target) -> str:
     return f"{target.__module__.rsplit('.', 1)[-1]}.{target.__qualname__}"
 
 
+# node.meta key: why this node stays out of the regions although its op has a translator
+# (set by the DTensor global view: Note [Sharded reshapes stay out of fusions]).
+KEEP_OUT = "nvfuser_dtensor_keep_out"
+
+
 def lookup(node: fx.Node, fuse_matmul: bool = True) -> Translator | Unsupported:
     """Translator for ``node`` or the reason it cannot be fused.
 
@@ -137,6 +142,8 @@ def lookup(node: fx.Node, fuse_matmul: bool = True) -> Translator | Unsupported:
     entry = TRANSLATORS.get(node.target)
     if entry is None:
         return Unsupported(f"no translator for {op_name(node.target)}")
+    if KEEP_OUT in node.meta:
+        return Unsupported(f"{node.target}: {node.meta[KEEP_OUT]}")
     if entry.gemm and not fuse_matmul:
         return Unsupported(f"{node.target}: matmuls run in PyTorch/cuBLAS (options fuse_matmul=False)")
     if node.target is not operator.getitem and entry.generic_check:

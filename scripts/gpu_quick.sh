@@ -15,7 +15,9 @@
 # - then, alone on the GPU (QUICK_TP=0 skips it, QUICK_TP_TIMEOUT bounds it): the global view
 #   on local tensors (Note [Local execution of the global view]) for issue 14, point 2: the
 #   TP cases on the GPU in the global view against eager DTensor, and the TP benchmark of the
-#   global view on local tensors vs through DTensor vs the local path vs inductor.
+#   global view on local tensors vs through DTensor vs the local path vs inductor, and with
+#   fuse_matmul (its SP block fell back at medium/large: Note [Sharded reshapes stay out of
+#   fusions]; the "fallbacks" column).
 # QUICK_MODELS, QUICK_FM_MODELS and QUICK_TIMEOUT override. Logs under $OUT.
 set -uo pipefail
 out="${OUT:-/tmp/gpu-quick}"; mkdir -p "$out"
@@ -43,8 +45,8 @@ if [ "${QUICK_TP:-1}" = 1 ]; then
     "tests/distributed/test_tensor_parallel.py::test_global_view_opt_in_on_the_visible_gpus" > "$out/tp_tests.log" 2>&1
   echo "== tp tests"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tp_tests.log" | tail -5
   timeout "$tt" torchrun --standalone --nproc_per_node 1 -m benchmarks.run --device cuda \
-    --cases tp_mlp,tp_attention,sp_block --sizes large --dtype bfloat16 --iters 20 --budget-s "$((tt - 40))" \
-    --backends eager,inductor,nvfuser_dtensor,nvfuser_dtensor:global_view,nvfuser_dtensor:global_view+dtensor_runtime \
+    --cases tp_mlp,tp_attention,sp_block --sizes medium,large --dtype bfloat16 --iters 20 --budget-s "$((tt - 40))" \
+    --backends eager,inductor,nvfuser_dtensor,nvfuser_dtensor:global_view,nvfuser_dtensor:global_view+dtensor_runtime,nvfuser_dtensor:global_view+fuse_matmul \
     --out "$out/h200_tp1_local_execution" > "$out/tp_bench.log" 2>&1
   echo "== tp bench"; sed -n '/All runs/,$p' "$out/h200_tp1_local_execution/summary.md" 2>/dev/null | cut -c1-200
 fi

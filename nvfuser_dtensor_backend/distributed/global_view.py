@@ -36,6 +36,7 @@ from .dtensor import PlacementDesc, placement_reason
 from .dtensor_ops import register_strategies
 from .dtensor_region import GlobalViewRegion, fake_dtensor
 from .local_execution import NotLocal, lower_to_local
+from .sharded_reshapes import keep_inner_sharded_reshapes_out
 from ..options import Options
 from ..region import _first_line
 from .tp_conversions import Conversions, NotGlobalView, rewrite, use_run_relayout
@@ -177,6 +178,7 @@ def compile_global_view(gm: fx.GraphModule, example_inputs, options: Options,
         graphs = list(min_cut_rematerialization_partition(graph, fakes, num_fwd_outputs=n_out))
     for g in graphs:
         use_run_relayout(g.graph)
+        keep_inner_sharded_reshapes_out(g.graph)
         _full_sums_as_sum_default(g.graph)
         g.recompile()
     fake_args = _dry_run(graphs, example_inputs, conv, n_out)

@@ -408,3 +408,40 @@ def test_dtensor_runtime_option_keeps_dtensor_dispatch(mesh):
     (report,) = nb.reports()
     assert report.between_regions == "DTensor (options dtensor_runtime=True)"
     assert "between regions: DTensor" in report.summary()
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_sequence_parallel_reshape_with_the_shard_inside_stays_out_of_the_fusion(mesh, batch):
+    """Note [Sharded reshapes stay out of fusions]: view([B*S, E] -> [B, S, E]) before the
+    relayout to Shard(1) would need the device split inside B*S when B > 1 ("DID on inner
+    splits" on the H200 at batch 4 and 8); at batch 1 it stays in the fusion."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from models import TPBlock, sp_block_plan
+
+    model = parallelize_module(TPBlock(32, 4), mesh, sp_block_plan())
+    compiled = torch.compile(model, backend="nvfuser_dtensor", options={"fuse_matmul": True})
+    with torch.no_grad():
+        out = compiled(torch.randn(batch, 8, 32))
+    assert out.shape == (batch, 8, 32)
+    reasons = [r for report in nb.reports() if "global view" in report.kind for r in report.partition.unsupported]
+    kept_out = [r for r in reasons if "DID on inner splits" in r]
+    if batch == 1:
+        assert kept_out == [], kept_out
+    else:
+        s = 8 * mesh.size()  # the input is this rank's part of the sequence
+        assert len(kept_out) == 1 and f"[{batch * s}, 32] -> [{batch}, {s}, 32]" in kept_out[0], reasons
+
+
+@pytest.mark.parametrize("before, after, dim, inner", [
+    ([16, 32], [2, 8, 32], 1, True),  # B*S -> B, S with S sharded
+    ([8, 32], [1, 8, 32], 1, False),  # batch 1: the shard is outermost
+    ([16, 32], [2, 8, 32], 0, False),  # the batch sharded
+    ([2, 8, 32], [2, 8, 4, 8], 2, False),  # heads split out of a sharded width
+    ([2, 8, 32], [2, 8, 4, 8], 3, True),  # ... sharded inside each head
+    ([2, 8, 32], [2, 8, 32], 1, False),
+])
+def test_inner_split_reason(before, after, dim, inner):
+    from nvfuser_dtensor_backend.distributed.sharded_reshapes import inner_split_reason
+
+    assert (inner_split_reason(before, after, dim) is not None) == inner

@@ -24,6 +24,7 @@ EXPECTED = {
     "tp_attention": "global",
     "tp_attention_local_output": "local",
     "sp_block": "global",
+    "sp_block_fused_matmul": "global",
     "dtensor_function": "global",
 }
 

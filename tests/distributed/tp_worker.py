@@ -53,7 +53,7 @@ def case_tp_norm_mlp(mesh):
     return NormMLP(D, 4 * D), tp_mlp_plan(), torch.randn(2, 8, D), None
 
 
-OPTIONS = {"tp_mlp_fused_matmul": {"fuse_matmul": True}}
+OPTIONS = {"tp_mlp_fused_matmul": {"fuse_matmul": True}, "sp_block_fused_matmul": {"fuse_matmul": True}}
 
 
 def case_tp_attention(mesh):
@@ -68,6 +68,12 @@ def case_tp_attention_local_output(mesh):
 def case_sp_block(mesh):
     # Sequence parallel: the input is this rank's part of the sequence.
     return TPBlock(D, HEADS), sp_block_plan(), torch.randn(2, 8 * mesh.size(), D), 1
+
+
+def case_sp_block_fused_matmul(mesh):
+    # fuse_matmul=True at batch 2: the row-parallel output reshape stays out of the fusion
+    # (Note [Sharded reshapes stay out of fusions]).
+    return case_sp_block(mesh)
 
 
 def case_dtensor_function(mesh):
