@@ -49,4 +49,9 @@ if [ "${QUICK_TP:-1}" = 1 ]; then
     --backends eager,inductor,nvfuser_dtensor,nvfuser_dtensor:global_view,nvfuser_dtensor:global_view+dtensor_runtime,nvfuser_dtensor:global_view+fuse_matmul \
     --out "$out/h200_tp1_local_execution" > "$out/tp_bench.log" 2>&1
   echo "== tp bench"; sed -n '/All runs/,$p' "$out/h200_tp1_local_execution/summary.md" 2>/dev/null | cut -c1-200
+  # The global view against the local path (issue 14, point 2), calls interleaved.
+  timeout 150 torchrun --standalone --nproc_per_node 1 -m benchmarks.ab_interleaved --device cuda \
+    --cases tp_mlp,tp_attention,sp_block --a nvfuser_dtensor:global_view --b nvfuser_dtensor --calls 100 \
+    --out "$out/h200_tp1_local_execution" > "$out/tp_ab.log" 2>&1
+  echo "== tp a/b"; grep -A7 "^case" "$out/tp_ab.log"
 fi
