@@ -11,13 +11,8 @@
 #   fall back with validation.cpp:1559: does a segment_set before the gather let them
 #   compile?), BERT and RoBERTa with =take_along_axis (their embedding regions fall back with
 #   transform_replay.cpp:302), docs/nvfuser_faults.md item 7;
-# - the GPU tests of the translators and layouts changed last;
-# - then, alone on the GPU (QUICK_TP=0 skips it, QUICK_TP_TIMEOUT bounds it): the global view
-#   on local tensors (Note [Local execution of the global view]) for issue 14, point 2: the
-#   TP cases on the GPU in the global view against eager DTensor, and the TP benchmark of the
-#   global view on local tensors vs through DTensor vs the local path vs inductor, and with
-#   fuse_matmul (its SP block fell back at medium/large: Note [Sharded reshapes stay out of
-#   fusions]; the "fallbacks" column).
+# - the GPU tests of the translators and layouts changed last.
+# The global view's GPU check is scripts/gpu_global_view.sh (a second device call).
 # QUICK_MODELS, QUICK_FM_MODELS and QUICK_TIMEOUT override. Logs under $OUT.
 set -uo pipefail
 out="${OUT:-/tmp/gpu-quick}"; mkdir -p "$out"
@@ -38,20 +33,3 @@ wait
 for z in default fuse_matmul gather_segment_set gather_take_along_axis; do echo "== $z"; grep -E "^\[" "$out/$z.log"; grep -E "^\| " "$out/$z/summary.md" 2>/dev/null | cut -c1-260; done
 echo "== tests"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests.log" | tail -12
 
-if [ "${QUICK_TP:-1}" = 1 ]; then
-  tt="${QUICK_TP_TIMEOUT:-240}"
-  python3 scripts/gpu_nvfuser_abi_fix.py > "$out/abi_fix.log" 2>&1; tail -2 "$out/abi_fix.log"
-  timeout 100 python3 -m pytest -q -p no:cacheprovider -rfE \
-    "tests/distributed/test_tensor_parallel.py::test_global_view_opt_in_on_the_visible_gpus" > "$out/tp_tests.log" 2>&1
-  echo "== tp tests"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tp_tests.log" | tail -5
-  timeout "$tt" torchrun --standalone --nproc_per_node 1 -m benchmarks.run --device cuda \
-    --cases tp_mlp,tp_attention,sp_block --sizes medium,large --dtype bfloat16 --iters 20 --budget-s "$((tt - 40))" \
-    --backends eager,inductor,nvfuser_dtensor,nvfuser_dtensor:global_view,nvfuser_dtensor:global_view+dtensor_runtime,nvfuser_dtensor:global_view+fuse_matmul \
-    --out "$out/h200_tp1_local_execution" > "$out/tp_bench.log" 2>&1
-  echo "== tp bench"; sed -n '/All runs/,$p' "$out/h200_tp1_local_execution/summary.md" 2>/dev/null | cut -c1-200
-  # The global view against the local path (issue 14, point 2), calls interleaved.
-  timeout 150 torchrun --standalone --nproc_per_node 1 -m benchmarks.ab_interleaved --device cuda \
-    --cases tp_mlp,tp_attention,sp_block --a nvfuser_dtensor:global_view --b nvfuser_dtensor --calls 100 \
-    --out "$out/h200_tp1_local_execution" > "$out/tp_ab.log" 2>&1
-  echo "== tp a/b"; grep -A7 "^case" "$out/tp_ab.log"
-fi

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The DTensor global view on the GPU (issue 14), alone on the GPU, about 8 minutes, after
+# `source .device/setup.sh`:
+# - nvFuser's multidevice ABI fix for the staged wheel (scripts/gpu_nvfuser_abi_fix.py);
+# - the TP cases in the global view against eager DTensor (test_global_view_opt_in_on_the_visible_gpus),
+#   now with the code between regions on local tensors (Note [Local execution of the global view])
+#   and region calls on the fd.execute fast path;
+# - the TP benchmark: global view on local tensors vs through DTensor (dtensor_runtime) vs the
+#   local path vs inductor, and with fuse_matmul (its SP block fell back at medium/large
+#   sizes: Note [Sharded reshapes stay out of fusions]; see the "fallbacks" column);
+# - the global view against the local path with calls interleaved (benchmarks/ab_interleaved.py).
+# GV_TIMEOUT bounds the benchmark. Logs and results under $OUT.
+set -uo pipefail
+out="${OUT:-/tmp/gpu-global-view}"; mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-build-isolation . > "$out/install.log" 2>&1 || { tail -20 "$out/install.log"; exit 1; }
+
+tt="${GV_TIMEOUT:-240}"
+python3 scripts/gpu_nvfuser_abi_fix.py > "$out/abi_fix.log" 2>&1; tail -2 "$out/abi_fix.log"
+timeout 100 python3 -m pytest -q -p no:cacheprovider -rfE \
+  "tests/distributed/test_tensor_parallel.py::test_global_view_opt_in_on_the_visible_gpus" > "$out/tp_tests.log" 2>&1
+echo "== tp tests"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tp_tests.log" | tail -5
+timeout "$tt" torchrun --standalone --nproc_per_node 1 -m benchmarks.run --device cuda \
+  --cases tp_mlp,tp_attention,sp_block --sizes medium,large --dtype bfloat16 --iters 20 --budget-s "$((tt - 40))" \
+  --backends eager,inductor,nvfuser_dtensor,nvfuser_dtensor:global_view,nvfuser_dtensor:global_view+dtensor_runtime,nvfuser_dtensor:global_view+fuse_matmul \
+  --out "$out/h200_tp1_local_execution" > "$out/tp_bench.log" 2>&1
+echo "== tp bench"; sed -n '/All runs/,$p' "$out/h200_tp1_local_execution/summary.md" 2>/dev/null | cut -c1-200
+# The global view against the local path (issue 14, point 2), calls interleaved.
+timeout 150 torchrun --standalone --nproc_per_node 1 -m benchmarks.ab_interleaved --device cuda \
+  --cases tp_mlp,tp_attention,sp_block --a nvfuser_dtensor:global_view --b nvfuser_dtensor --calls 100 \
+  --out "$out/h200_tp1_local_execution" > "$out/tp_ab.log" 2>&1
+echo "== tp a/b"; grep -A7 "^case" "$out/tp_ab.log"
+
