@@ -237,8 +237,11 @@ def _local_or_dtensor(compiled: list[Callable], fake_args: list, n_out: int, con
         result, how = compiled, f"DTensor ({e})"
     else:
         how = "local tensors, collectives placed at compile time"
-    for c in compiled:
-        c.__wrapped__.meta["report"].between_regions = how
+    for c, r in zip(compiled, result):
+        random_ops = getattr(r, "random_ops", [])
+        c.__wrapped__.meta["report"].between_regions = how + (
+            f"; {len(random_ops)} random op(s) through DTensor ({', '.join(sorted(set(random_ops)))})"
+            if random_ops else "")
     return result
 
 

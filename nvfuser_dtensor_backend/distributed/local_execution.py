@@ -26,8 +26,11 @@ run ``fd.execute`` on the local tensors directly. Anything else (the CPU evaluat
 region that fell back to PyTorch, an output nvFuser shards otherwise) keeps the DTensor
 call for that region only, so the answer stays eager DTensor's.
 
-Graphs with random ops outside regions keep running on DTensors: DTensor's RNG tracker
-offsets the generator for each shard at run time, which a trace would bake in.
+A random op between regions (dropout's ``rand_like``) on a DTensor is traced the same way
+as a region, as one opaque call (:class:`_RandomOp`) that runs the op through DTensor at
+run time: DTensor's RNG tracker offsets the generator for each shard on every call, which
+a trace would bake in. So random numbers are eager DTensor's, and only those ops dispatch
+through DTensor.
 """
 
 from __future__ import annotations
@@ -168,6 +171,54 @@ class _RegionTracer:
         return results[0] if self.region._single else results
 
 
+class _RandomOp:
+    """A random op on DTensors, with the region interface :class:`_RegionTracer` and
+    :class:`_LocalRegionCall` use: it runs through DTensor at run time (see the Note)."""
+
+    def __init__(self, op, flat: list, spec, tensor_slots: list[int]):
+        self.op = op
+        self.name = op.name()
+        self.flat = [None if i in tensor_slots else v for i, v in enumerate(flat)]
+        self.spec = spec
+        self.tensor_slots = tensor_slots
+        self._single = True
+        self._entries: dict = {}  # never an nvFuser entry: no fast path
+        self.options = _NO_DEBUG
+
+    def region(self, *tensors):
+        flat = list(self.flat)
+        for i, t in zip(self.tensor_slots, tensors):
+            flat[i] = t
+        args, kwargs = torch.utils._pytree.tree_unflatten(flat, self.spec)
+        return self.op(*args, **kwargs)
+
+    forward = region
+
+
+class _NoDebug:
+    check_layouts = verify = False
+
+
+_NO_DEBUG = _NoDebug()
+
+
+class _RandomOpTracer:
+    """Stands in for a random op on DTensors while the graph is traced."""
+
+    def __init__(self, op, calls: list[int]):
+        self.op = op
+        self.calls = calls
+
+    def trace(self, *args, **kwargs):
+        flat, spec = torch.utils._pytree.tree_flatten((args, kwargs))
+        slots = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
+        if not any(isinstance(flat[i], DTensor) for i in slots):
+            return self.op(*args, **kwargs)  # plain tensors: no DTensor at run time either
+        op = _RandomOp(self.op, flat, spec, slots)
+        out = _RegionTracer(op, self.calls).trace(*(flat[i] for i in slots))
+        return out
+
+
 def _fake_outputs(region: GlobalViewRegion, args: list, mesh) -> list[DTensor]:
     """The region's outputs as eager DTensor places them, on fake DTensors outside the trace."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -200,6 +251,7 @@ class LocalGraph:
         self.in_specs = in_specs
         self.in_strides = [t.stride() if isinstance(t, torch.Tensor) else None for t in in_locals]
         self.in_locals = in_locals
+        self.random_ops: list[str] = []  # random ops that run through DTensor (see the Note)
         self.out_specs = out_specs
         self.local_inputs = local_inputs
         self.local_outputs = local_outputs
@@ -219,12 +271,9 @@ class LocalGraph:
                 for j, (o, spec) in enumerate(zip(outs, self.out_specs))]
 
 
-def _has_random_ops_outside_regions(fused: fx.GraphModule) -> str | None:
-    for node in fused.graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
-                and torch.Tag.nondeterministic_seeded in node.target.tags and not _no_dropout(node):
-            return node.target.name()
-    return None
+def _is_random(node: fx.Node) -> bool:
+    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+            and torch.Tag.nondeterministic_seeded in node.target.tags and not _no_dropout(node))
 
 
 def _no_dropout(node: fx.Node) -> bool:
@@ -248,9 +297,6 @@ def lower_to_local(compiled: Callable, args: list, local_inputs: frozenset[int] 
     fused = getattr(compiled, "__wrapped__", None)
     if not isinstance(fused, fx.GraphModule):
         raise NotLocal("the compiled graph is not a partitioned GraphModule")
-    op = _has_random_ops_outside_regions(fused)
-    if op is not None:
-        raise NotLocal(f"random op {op} outside the regions (DTensor's RNG tracker runs per call)")
     calls: list[int] = []
     tracing = fx.GraphModule(fused, _with_tracers(fused.graph, calls))
 
@@ -277,6 +323,7 @@ def lower_to_local(compiled: Callable, args: list, local_inputs: frozenset[int] 
             warnings.filterwarnings("ignore", "To construct DTensor from torch.Tensor")
             gm = make_fx(local_graph)(*locals_)
         _call_regions_directly(gm)
+        random_ops = [_CALLS[i].region.name for i in calls if isinstance(_CALLS[i].region, _RandomOp)]
     except NotLocal:
         raise
     except Exception as e:
@@ -287,7 +334,9 @@ def lower_to_local(compiled: Callable, args: list, local_inputs: frozenset[int] 
     with disable_proxy_modes_tracing():
         outs = [DTensor(o._local_tensor.detach(), o._spec, requires_grad=False) if isinstance(o, DTensor) else o
                 for o in fake_outs]
-    return LocalGraph(gm, in_specs, locals_, list(out_specs), local_inputs, local_outputs), outs
+    graph = LocalGraph(gm, in_specs, locals_, list(out_specs), local_inputs, local_outputs)
+    graph.random_ops = random_ops
+    return graph, outs
 
 
 def _with_tracers(graph: fx.Graph, calls: list[int]) -> fx.Graph:
@@ -299,6 +348,8 @@ def _with_tracers(graph: fx.Graph, calls: list[int]) -> fx.Graph:
         region = getattr(node.target, "__self__", None)
         if node.op == "call_function" and isinstance(region, GlobalViewRegion):
             copied.target = _RegionTracer(region, calls).trace
+        elif _is_random(node):
+            copied.target = _RandomOpTracer(node.target, calls).trace
         env[node] = copied
     return new
 

@@ -325,17 +325,27 @@ def test_local_graph_holds_the_collectives_dtensor_places(mesh):
     assert [s.placements for s in graph.in_specs] == [(Shard(0),), (Shard(1),)]
 
 
-def test_random_ops_between_regions_keep_dtensor_dispatch():
-    """DTensor's RNG tracker offsets the generator per shard at run time, which a trace
-    would bake in: such a graph keeps running on DTensors, and says so once."""
-    from nvfuser_dtensor_backend.distributed.local_execution import NotLocal, _has_random_ops_outside_regions
+def test_random_ops_between_regions_run_through_dtensor_alone(mesh):
+    """Dropout's rand_like on a DTensor is one call through DTensor in the local graph (its
+    RNG tracker offsets each shard's generator per call); the rest stays local. Attention
+    ops tagged random run locally when their dropout_p is 0."""
     from torch import fx
 
-    g = fx.symbolic_trace(lambda x: torch.ops.aten.bernoulli.p(x, 0.5))
-    assert _has_random_ops_outside_regions(g) == "aten::bernoulli.p"
+    from nvfuser_dtensor_backend.distributed.local_execution import _is_random
+
+    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)])
+    w = distribute_tensor(torch.randn(16), mesh, [Replicate()]).requires_grad_()
+    f = lambda x, w: torch.nn.functional.dropout(torch.tanh(x * w), 0.1, training=True) * 3  # noqa: E731
+    out = torch.compile(f, backend="nvfuser_dtensor")(x, w)
+    out.sum().backward()
+    assert out.placements == (Shard(0),) and w.grad.shape == (16,)
+    forward, backward = (next(r for r in nb.reports() if r.kind == f"{k}, global view") for k in ("forward", "backward"))
+    assert forward.between_regions == ("local tensors, collectives placed at compile time; "
+                                       "1 random op(s) through DTensor (aten::rand_like)"), forward.between_regions
+    assert backward.between_regions == "local tensors, collectives placed at compile time"
     sdpa = fx.symbolic_trace(lambda q: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(q, q, q))
-    assert _has_random_ops_outside_regions(sdpa) is None  # dropout_p=0
-    assert issubclass(NotLocal, Exception)
+    (node,) = [n for n in sdpa.graph.nodes if n.op == "call_function"]
+    assert not _is_random(node)  # dropout_p=0
 
 
 def _stub_region_and_entry(mesh, x, shardings, fail=False):

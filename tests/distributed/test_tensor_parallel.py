@@ -26,6 +26,7 @@ EXPECTED = {
     "sp_block": "global",
     "sp_block_fused_matmul": "global",
     "dtensor_function": "global",
+    "dropout_function": "global",
 }
 
 

@@ -81,6 +81,13 @@ def case_dtensor_function(mesh):
     return None, None, None
 
 
+def case_dropout_function(mesh):
+    """Not a module: dropout between regions (its rand_like runs through DTensor, so its
+    numbers are eager DTensor's: Note [Local execution of the global view])."""
+    return None, None, None
+
+
+FUNCTION_CASES = ("dtensor_function", "dropout_function")
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
@@ -125,23 +132,41 @@ def run_module_case(name, mesh):
     return _path()
 
 
-def run_function_case(mesh):
+def run_function_case(mesh, name="dtensor_function"):
     torch.manual_seed(0)
     X, W, B = torch.randn(4 * mesh.size(), D), torch.randn(D, 2 * D), torch.randn(2 * D)
 
     def f(x, w, b):
         h = torch.nn.functional.gelu(x @ w + b)
+        if name == "dropout_function":
+            h = torch.nn.functional.dropout(h, 0.5, training=True)
         return torch.nn.functional.layer_norm(h, (2 * D,)).sum(-1), h * 2
 
     x = distribute_tensor(X, mesh, [Shard(0)])
     params = [distribute_tensor(t, mesh, [Replicate()]).requires_grad_() for t in (W, B)]
-    ref = f(x, *params)
+    nb.clear_reports()
+    compiled = torch.compile(f, backend="nvfuser_dtensor", options=_options(name))
+    reference = f
+    if name == "dropout_function":
+        # Eager's dropout draws its mask with bernoulli, the decomposed graph with rand_like:
+        # the reference is the same graph with its code between regions on DTensors. Both
+        # compile first, then run from the same generator state.
+        reference = torch.compile(f, backend="nvfuser_dtensor", options=dict(_options(name), dtensor_runtime=True))
+        for fn in (reference, compiled):
+            out = fn(x, *params)
+            (out[0].sum() + out[1].sum()).backward()
+            if fn is reference:
+                nb.clear_reports()  # the path reported is the compiled function's
+        for p in params:
+            p.grad = None
+    torch.manual_seed(1)
+    ref = reference(x, *params)
     (ref[0].sum() + ref[1].sum()).backward()
     ref_grads = [p.grad for p in params]
     for p in params:
         p.grad = None
-    nb.clear_reports()
-    out = torch.compile(f, backend="nvfuser_dtensor", options=_options("dtensor_function"))(x, *params)
+    torch.manual_seed(1)
+    out = compiled(x, *params)
     (out[0].sum() + out[1].sum()).backward()
     for o, r in zip(out, ref):
         assert o.placements == r.placements, (o.placements, r.placements)
@@ -186,7 +211,7 @@ def main(names):
     try:
         for name in names or list(CASES):
             torch._dynamo.reset()
-            path = run_function_case(mesh) if name == "dtensor_function" else run_module_case(name, mesh)
+            path = run_function_case(mesh, name) if name in FUNCTION_CASES else run_module_case(name, mesh)
             print(f"PASS {name} {path} rank={dist.get_rank()}", flush=True)
     finally:
         dist.destroy_process_group()
