@@ -26,6 +26,12 @@ run ``fd.execute`` on the local tensors directly. Anything else (the CPU evaluat
 region that fell back to PyTorch, an output nvFuser shards otherwise) keeps the DTensor
 call for that region only, so the answer stays eager DTensor's.
 
+The TP conversions around the graph (global_view.py, tp_conversions.py) move into it: a
+``from_local`` input is taken as the local tensor it wraps, a ``to_local`` output is
+redistributed inside the graph and returned local, and in the backward their gradients
+are the local tensors autograd passes. A gradient that arrives as a DTensor with other
+placements than the trace assumed (``ones_like`` of each output) is redistributed first.
+
 A random op between regions (dropout's ``rand_like``) on a DTensor is traced the same way
 as a region, as one opaque call (:class:`_RandomOp`) that runs the op through DTensor at
 run time: DTensor's RNG tracker offsets the generator for each shard on every call, which
@@ -36,7 +42,6 @@ through DTensor.
 from __future__ import annotations
 
 import itertools
-import logging
 import warnings
 from typing import Callable
 
@@ -48,9 +53,6 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make
 
 from .dtensor import has_partial, without_partial
 from .dtensor_region import GlobalViewRegion, _GlobalViewEntry, _fast_key, _replicated_like, fake_dtensor
-
-log = logging.getLogger("nvfuser_dtensor_backend")
-
 
 class NotLocal(Exception):
     """Why a global-view graph keeps running on DTensors."""
