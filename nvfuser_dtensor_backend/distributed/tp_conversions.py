@@ -6,9 +6,10 @@ Note [Tensor-parallel conversions]
 ``prim_redistribute`` and ``prim_to_local``. In the global view:
 - ``redistribute`` changes the layout, not the value. It stays, as the op
   ``nvfuser_dtensor::relayout`` (identity while tracing with plain global tensors, with a
-  relayout back as its gradient). Outside fusions it runs as ``DTensor.redistribute`` on
-  the real DTensors: the ops left to DTensor dispatch (matmuls, views) then see the layouts
-  the program chose, which some of them need (a view cannot flatten a sharded dim). Inside
+  relayout back as its gradient). Outside fusions it is ``DTensor.redistribute`` (traced
+  once into functional collectives): the ops left outside the fusions (matmuls, views) then
+  see the layouts the program chose, which some of them need (a view cannot flatten a
+  sharded dim). Inside
   a fusion it is a copy annotated with the target layout, and nvFuser inserts the
   communication.
 - ``from_local(x, P)`` of a graph input says "x is the local part of a DTensor with
@@ -22,6 +23,13 @@ Note [Tensor-parallel conversions]
   plain inputs are Replicate local parts of that mesh (wrapped like the inputs above), and
   any op on Replicate local parts alone is the same op on the global values, pointwise or
   not (``_replicated_inputs``).
+- ``from_local(y, Shard(d))`` of a value computed from plain inputs by pointwise ops on
+  tensors of y's shape (the sequence-parallel residual ``from_local(x + attn, Shard(1))``,
+  which dynamo leaves when the block runs under no_grad) makes those inputs local parts
+  with the same placements: each rank's parts of the operands give its part of the result.
+  Any other use of such an input is checked like every local part below.
+- Outside fusions the code runs on local tensors (Note [Local execution of the global
+  view]): a ``relayout`` there is the functional collective DTensor placed at compile time.
 - A local value that reaches the graph output is the local part, under P, of the global
   value: the compiled graph's output is redistributed to P and ``to_local``-ed.
 Anything else (a non-pointwise op on local parts, local parts of different placements,
@@ -174,28 +182,40 @@ def _all_replicate(placements) -> bool:
     return all(isinstance(p, Replicate) for p in placements)
 
 
-def _plain_inputs_of(node: fx.Node, value) -> set[fx.Node] | None:
+def _plain_inputs_of(node: fx.Node, value, same_shape_pointwise: bool = False) -> set[fx.Node] | None:
     """The placeholders ``node`` is computed from through plain-tensor code, or None when
-    that code reads a DTensor or a TP conversion (then it is not plain replicated code)."""
+    that code reads a DTensor or a TP conversion (then it is not plain replicated code).
+    With ``same_shape_pointwise``, also None unless that code is pointwise ops on tensors of
+    ``node``'s shape (code that commutes with any sharding of its operands)."""
     found, todo, seen = set(), [node], set()
+    shape = tuple(value(node).shape) if isinstance(value(node), torch.Tensor) else None
     while todo:
         n = todo.pop()
         if n in seen:
             continue
         seen.add(n)
+        v = value(n)
+        if same_shape_pointwise and isinstance(v, torch.Tensor) and tuple(v.shape) != shape:
+            return None
         if n.op == "placeholder":
-            if isinstance(value(n), torch.Tensor) and not isinstance(value(n), DTensor):
+            if isinstance(v, torch.Tensor) and not isinstance(v, DTensor):
                 found.add(n)
             continue
-        if closure_kind(n) is not None or isinstance(value(n), DTensor):
+        if closure_kind(n) is not None or isinstance(v, DTensor):
+            return None
+        if same_shape_pointwise and not (n.target in _POINTWISE_FUNCTIONS if n.op == "call_function"
+                                         else n.op == "call_method" and n.target in _POINTWISE_METHODS):
             return None
         todo.extend(n.all_input_nodes)
     return found
 
 
 def _replicated_inputs(graph: fx.Graph, value) -> dict[fx.Node, tuple]:
-    """Plain inputs that feed ``from_local(..., Replicate)`` of a computed value, with that
-    (mesh, placements) (Note [Tensor-parallel conversions])."""
+    """Plain inputs that feed ``from_local`` of a computed value, with that (mesh,
+    placements) (Note [Tensor-parallel conversions]): through any plain code for
+    ``Replicate``, through same-shape pointwise code for ``Shard`` (a sequence-parallel
+    residual add, ``from_local(x + attn, Shard(1))``: each rank's parts of the operands
+    make its part of the sum)."""
     placed: dict[fx.Node, tuple] = {}
     for node in graph.nodes:
         if closure_kind(node) != "from_local" or node.args[0].op == "placeholder":
@@ -204,9 +224,10 @@ def _replicated_inputs(graph: fx.Graph, value) -> dict[fx.Node, tuple]:
         if len(args) < 2:
             continue
         want = (args[0], _normalize(args[1], value(node).ndim))
-        if not _all_replicate(want[1]):
+        if has_partial(want[1]):
             continue
-        for ph in _plain_inputs_of(node.args[0], value) or ():
+        found = _plain_inputs_of(node.args[0], value, same_shape_pointwise=not _all_replicate(want[1]))
+        for ph in found or ():
             if placed.setdefault(ph, want) != want:
                 raise NotGlobalView(f"input {ph.name} feeds from_local on several meshes or placements")
     return placed

@@ -25,6 +25,7 @@ EXPECTED = {
     "tp_attention_local_output": "local",
     "sp_block": "global",
     "sp_block_fused_matmul": "global",
+    "sp_block_inference": "global",
     "dtensor_function": "global",
     "dropout_function": "global",
 }
