@@ -84,6 +84,7 @@ class _LocalRegionCall:
         self.out_specs = out_specs
         self.out_locals = out_locals  # fake local outputs (for the traced op's shapes)
         self.fast: _GlobalViewEntry | None = None
+        self.zero_outputs: frozenset[int] = frozenset()  # Partial(sum) outputs this rank holds as 0
         self.tried_fast = False
 
     def run(self, args: list) -> list:
@@ -97,7 +98,10 @@ class _LocalRegionCall:
                 for i in fast.contiguous:
                     if not outs[i].is_contiguous():
                         outs[i] = outs[i].contiguous()
-                return [outs[i] for i in fast.index]
+                results = [outs[i] for i in fast.index]
+                for j in self.zero_outputs:
+                    results[j] = torch.zeros_like(results[j])
+                return results
         dts = [DTensor(a.detach(), spec, requires_grad=False) if spec is not None else a
                for a, spec in zip(args, self.in_specs)]
         outs = self.region.forward(*dts)
@@ -117,17 +121,32 @@ class _LocalRegionCall:
 
     def _fast_entry(self, dts) -> _GlobalViewEntry | None:
         """The region's nvFuser entry, when running it on local tensors gives what the trace
-        assumed: nvFuser's output shardings are the expected placements."""
+        assumed: nvFuser's output shardings are the expected placements, or for a
+        ``Partial`` output the same with Replicate, which ``_to_expected`` (dtensor_region.py)
+        turns into a Partial(sum) by keeping the value on coordinate 0 of that mesh dim and
+        zeros elsewhere; here the same is set once in ``zero_outputs``."""
+        from torch.distributed.tensor.placement_types import Partial
+
         opts = self.region.options
         if opts.check_layouts or opts.verify:
             return None
         entry = self.region._entries.get(tuple(map(_fast_key, dts)))
         if type(entry) is not _GlobalViewEntry or entry.placements is None:
             return None
+        zero = set()
         for j, i in enumerate(entry.index):
-            if tuple(entry.placements[i]) != tuple(entry.expected[j]) or \
-                    tuple(entry.expected[j]) != self.out_specs[j].placements:
+            got, want = tuple(entry.placements[i]), tuple(entry.expected[j])
+            if want != self.out_specs[j].placements:
                 return None
+            if got == want:
+                continue
+            coordinate = entry.mesh.get_coordinate()
+            if got != without_partial(want) or coordinate is None:
+                return None
+            if any(isinstance(p, Partial) and p.reduce_op == "sum" and coordinate[k] != 0
+                   for k, p in enumerate(want)):
+                zero.add(j)
+        self.zero_outputs = frozenset(zero)
         return entry
 
 

@@ -455,3 +455,55 @@ def test_inner_split_reason(before, after, dim, inner):
     from nvfuser_dtensor_backend.distributed.sharded_reshapes import inner_split_reason
 
     assert (inner_split_reason(before, after, dim) is not None) == inner
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_region_call_fast_path_gives_partial_sum_outputs_as_the_dtensor_call_does(rank):
+    """nvFuser reduces a sum over a sharded dim fully, while eager DTensor leaves it
+    Partial(sum): the DTensor call keeps the value on rank 0 and zeros elsewhere
+    (_to_expected), and the fast path does the same without DTensor."""
+    from nvfuser_dtensor_backend.distributed.dtensor_region import _GlobalViewEntry, _fast_key
+    from nvfuser_dtensor_backend.distributed.local_execution import _LocalRegionCall
+
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=2)
+    try:
+        mesh = init_device_mesh("cpu", (2,))
+        local = torch.randn(4, 16)
+        x = DTensor.from_local(local, mesh, [Shard(0)], run_check=False)
+        total = local.sum(0)  # stands in for nvFuser's all-reduced sum
+
+        class FD:
+            calls = 0
+
+            def execute(self, args):
+                FD.calls += 1
+                return [total.clone(), args[0] * 2]
+
+        class Built:
+            output_index = [0, 1]
+            fd = FD()
+
+        entry = _GlobalViewEntry(Built, False, mesh, [(Partial(),), (Shard(0),)], frozenset())
+        entry.placements = [(Replicate(),), (Shard(0),)]
+        part = total if rank == 0 else torch.zeros_like(total)
+        partial = DTensor.from_local(part, mesh, [Partial()], run_check=False)
+
+        class Region:
+            name = "stub"
+            _single = False
+            options = nb.Options()
+            _entries = {}
+
+            def forward(self, *dts):
+                self._entries[tuple(map(_fast_key, dts))] = entry
+                return partial, dts[0] * 2
+
+        call = _LocalRegionCall(Region(), [x._spec], [partial._spec, x._spec], [part, local])
+        slow = call.run([local])
+        assert call.fast is entry and call.zero_outputs == (frozenset({0}) if rank else frozenset())
+        fast = call.run([local])
+        assert FD.calls == 1
+        for a, b in zip(fast, slow):
+            torch.testing.assert_close(a, b)
+    finally:
+        dist.destroy_process_group()
