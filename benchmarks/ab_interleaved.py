@@ -17,23 +17,14 @@ import argparse
 import copy
 import json
 import statistics
-import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from . import cases as cases_mod
-from .measure import step_function, sync
+from .measure import step_function, time_single_call
 from .run import _compile, _init_mesh, environment
-
-
-def _time_call(step, inputs, device: str, order: list) -> None:
-    sync(device)
-    t0 = time.perf_counter()
-    step(*inputs)
-    sync(device)
-    order.append((time.perf_counter() - t0) * 1e6)
 
 
 def measure(case, size: str, dtype, device: str, mode: str, a: str, b: str, calls: int, mesh) -> dict:
@@ -51,10 +42,10 @@ def measure(case, size: str, dtype, device: str, mode: str, a: str, b: str, call
     times: dict[str, list] = {a: [], b: []}
     for _ in range(calls):
         for name in (a, b):
-            _time_call(steps[name], work.inputs, device, times[name])
-    ms = {name: statistics.median(t) for name, t in times.items()}
-    return {"case": case.name, "size": size, "mode": mode, "a": a, "b": b, "a_us": ms[a], "b_us": ms[b],
-            "b_over_a": ms[b] / ms[a], "calls": calls}
+            times[name].append(time_single_call(steps[name], work.inputs, device, reps=1))
+    us = {name: statistics.median(t) for name, t in times.items()}
+    return {"case": case.name, "size": size, "mode": mode, "a": a, "b": b, "a_us": us[a], "b_us": us[b],
+            "b_over_a": us[b] / us[a], "calls": calls}
 
 
 def main(argv=None) -> None:

@@ -43,7 +43,7 @@ class GraphReport:
     partition: PartitionReport
     regions: list[FusedRegion] = field(default_factory=list)
     inductor_parts: list = field(default_factory=list)  # LazyInductor pieces between regions
-    # Global view only: how the code between regions runs, "local tensors" or "DTensor: <why>"
+    # Global view only: how the code between regions runs, "local tensors, ..." or "DTensor (<why>)"
     # (Note [Local execution of the global view]).
     between_regions: str | None = None
 

@@ -196,11 +196,16 @@ def _to_expected(dt: DTensor, expected: tuple) -> DTensor:
     if tuple(dt.placements) != plain:
         dt = dt.redistribute(mesh, plain)
     local = dt._local_tensor
-    coordinate = mesh.get_coordinate()
-    for k, p in enumerate(expected):
-        if isinstance(p, Partial) and p.reduce_op == "sum" and coordinate[k] != 0:
-            local = torch.zeros_like(local)
+    if holds_zero(expected, mesh.get_coordinate()):
+        local = torch.zeros_like(local)
     return DTensor.from_local(local, mesh, expected, run_check=False, shape=dt.shape, stride=dt.stride())
+
+
+def holds_zero(expected: tuple, coordinate) -> bool:
+    """Whether this rank (at mesh ``coordinate``) holds zeros of a fully reduced value placed
+    ``expected``: with Partial(sum) on a mesh dim, only coordinate 0 of it keeps the value."""
+    return any(isinstance(p, Partial) and p.reduce_op == "sum" and coordinate[k] != 0
+               for k, p in enumerate(expected))
 
 
 class _DTensorEntry:

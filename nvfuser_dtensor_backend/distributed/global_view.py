@@ -224,7 +224,7 @@ def _local_or_dtensor(compiled: list[Callable], fake_args: list, n_out: int, con
                                                local_outputs=frozenset(range(n_out, n_fwd)) | frozenset(conv_out),
                                                out_placements=conv_out)
                 with mode:
-                    grads = [torch.ones_like(o) if isinstance(o, torch.Tensor) else o for o in outs[:n_out]]
+                    grads = _unit_gradients(outs[:n_out])
                 saved = outs[n_out:]
                 n_saved = len(saved)
                 backward, _ = lower_to_local(
@@ -243,6 +243,12 @@ def _local_or_dtensor(compiled: list[Callable], fake_args: list, n_out: int, con
             f"; {len(random_ops)} random op(s) through DTensor ({', '.join(sorted(set(random_ops)))})"
             if random_ops else "")
     return result
+
+
+def _unit_gradients(outs: list) -> list:
+    """The gradients a backward graph is dry-run and traced with: ones placed like each
+    output (DTensor's ``ones_like``)."""
+    return [torch.ones_like(o) if isinstance(o, torch.Tensor) else o for o in outs]
 
 
 def _dry_run(graphs: list[fx.GraphModule], example_inputs, conv: Conversions, n_out: int) -> list:
@@ -264,7 +270,7 @@ def _dry_run(graphs: list[fx.GraphModule], example_inputs, conv: Conversions, n_
             outs = graphs[0](*args)
             if len(graphs) > 1:
                 outs = list(outs)
-                grads = [torch.ones_like(o) if isinstance(o, torch.Tensor) else o for o in outs[:n_out]]
+                grads = _unit_gradients(outs[:n_out])
                 graphs[1](*outs[n_out:], *grads)
     except Exception as e:
         raise NotGlobalView(f"DTensor cannot run the lowered graph: {_first_line(e)[:250]}") from e

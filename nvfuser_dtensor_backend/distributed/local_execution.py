@@ -52,7 +52,8 @@ from torch.distributed.tensor.experimental import implicit_replication
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
 
 from .dtensor import has_partial, without_partial
-from .dtensor_region import GlobalViewRegion, _GlobalViewEntry, _fast_key, _replicated_like, fake_dtensor
+from .dtensor_region import (GlobalViewRegion, _GlobalViewEntry, _fast_key, _replicated_like, fake_dtensor,
+                             holds_zero)
 
 class NotLocal(Exception):
     """Why a global-view graph keeps running on DTensors."""
@@ -125,8 +126,8 @@ class _LocalRegionCall:
         ``Partial`` output the same with Replicate, which ``_to_expected`` (dtensor_region.py)
         turns into a Partial(sum) by keeping the value on coordinate 0 of that mesh dim and
         zeros elsewhere; here the same is set once in ``zero_outputs``."""
-        from torch.distributed.tensor.placement_types import Partial
-
+        if isinstance(self.region, _RandomOp):  # always through DTensor (see the Note)
+            return None
         opts = self.region.options
         if opts.check_layouts or opts.verify:
             return None
@@ -143,8 +144,7 @@ class _LocalRegionCall:
             coordinate = entry.mesh.get_coordinate()
             if got != without_partial(want) or coordinate is None:
                 return None
-            if any(isinstance(p, Partial) and p.reduce_op == "sum" and coordinate[k] != 0
-                   for k, p in enumerate(want)):
+            if holds_zero(want, coordinate):
                 zero.add(j)
         self.zero_outputs = frozenset(zero)
         return entry
@@ -203,8 +203,6 @@ class _RandomOp:
         self.spec = spec
         self.tensor_slots = tensor_slots
         self._single = True
-        self._entries: dict = {}  # never an nvFuser entry: no fast path
-        self.options = _NO_DEBUG
 
     def region(self, *tensors):
         flat = list(self.flat)
@@ -214,13 +212,6 @@ class _RandomOp:
         return self.op(*args, **kwargs)
 
     forward = region
-
-
-class _NoDebug:
-    check_layouts = verify = False
-
-
-_NO_DEBUG = _NoDebug()
 
 
 class _RandomOpTracer:
@@ -236,8 +227,7 @@ class _RandomOpTracer:
         if not any(isinstance(flat[i], DTensor) for i in slots):
             return self.op(*args, **kwargs)  # plain tensors: no DTensor at run time either
         op = _RandomOp(self.op, flat, spec, slots)
-        out = _RegionTracer(op, self.calls).trace(*(flat[i] for i in slots))
-        return out
+        return _RegionTracer(op, self.calls).trace(*(flat[i] for i in slots))
 
 
 def _fake_outputs(region: GlobalViewRegion, args: list, mesh) -> list[DTensor]:

@@ -348,25 +348,28 @@ def test_random_ops_between_regions_run_through_dtensor_alone(mesh):
     assert not _is_random(node)  # dropout_p=0
 
 
-def _stub_region_and_entry(mesh, x, shardings, fail=False):
-    """A region whose first call (on DTensors) leaves a _GlobalViewEntry with a stub fd."""
+def _stub_region(mesh, expected, shardings, output_index, fd_outputs, region_outputs, fail=False):
+    """A region whose first call (on DTensors) leaves a _GlobalViewEntry with a stub fd:
+    ``fd_outputs(args)`` are the fusion's outputs on local tensors, ``region_outputs(dts)``
+    the region's DTensor call; ``shardings`` are nvFuser's output shardings (read on the
+    first call on GPU), ``expected`` the placements eager DTensor gives."""
+    from types import SimpleNamespace
+
     from nvfuser_dtensor_backend.distributed.dtensor_region import _GlobalViewEntry, _fast_key
 
     class FD:
-        calls = []
+        def __init__(self):
+            self.calls = []
 
         def execute(self, args):
             self.calls.append(args)
             if fail:
                 raise RuntimeError("nvFuser failed")
-            return [args[0] * 3, args[0] + 1]
+            return fd_outputs(args)
 
-    class Built:
-        output_index = [1, 0]  # region output j is fusion output output_index[j]
-        fd = FD()
-
-    entry = _GlobalViewEntry(Built, False, mesh, [(Shard(0),), (Shard(0),)], frozenset())
-    entry.placements = shardings  # nvFuser's output shardings, read on the first call on GPU
+    built = SimpleNamespace(output_index=output_index, fd=FD())  # region output j is fusion output index[j]
+    entry = _GlobalViewEntry(built, False, mesh, expected, frozenset())
+    entry.placements = shardings
 
     class Region:
         name = "stub"
@@ -376,9 +379,9 @@ def _stub_region_and_entry(mesh, x, shardings, fail=False):
 
         def forward(self, *dts):
             self._entries[tuple(map(_fast_key, dts))] = entry
-            return dts[0] + 1, dts[0] * 3
+            return region_outputs(dts)
 
-    return Region(), Built.fd
+    return Region(), built.fd, entry
 
 
 @pytest.mark.parametrize("case", ["fast", "other_shardings", "fd_fails"])
@@ -393,7 +396,9 @@ def test_region_call_runs_fd_execute_on_local_tensors_once_shardings_match(mesh,
     x = DTensor.from_local(torch.randn(8 // mesh.size(), 16), mesh, [Shard(0)], run_check=False)
     local = x.to_local()
     shardings = [(Replicate(),), (Shard(0),)] if case == "other_shardings" else [(Shard(0),), (Shard(0),)]
-    region, fd = _stub_region_and_entry(mesh, x, shardings, fail=case == "fd_fails")
+    region, fd, _ = _stub_region(mesh, [(Shard(0),), (Shard(0),)], shardings, [1, 0],
+                                 lambda args: [args[0] * 3, args[0] + 1], lambda dts: (dts[0] + 1, dts[0] * 3),
+                                 fail=case == "fd_fails")
     call = _LocalRegionCall(region, [x._spec], [x._spec, x._spec], [local, local])
     first = call.run([local])
     torch.testing.assert_close(first[0], local + 1)
@@ -462,7 +467,6 @@ def test_region_call_fast_path_gives_partial_sum_outputs_as_the_dtensor_call_doe
     """nvFuser reduces a sum over a sharded dim fully, while eager DTensor leaves it
     Partial(sum): the DTensor call keeps the value on rank 0 and zeros elsewhere
     (_to_expected), and the fast path does the same without DTensor."""
-    from nvfuser_dtensor_backend.distributed.dtensor_region import _GlobalViewEntry, _fast_key
     from nvfuser_dtensor_backend.distributed.local_execution import _LocalRegionCall
 
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=2)
@@ -471,38 +475,15 @@ def test_region_call_fast_path_gives_partial_sum_outputs_as_the_dtensor_call_doe
         local = torch.randn(4, 16)
         x = DTensor.from_local(local, mesh, [Shard(0)], run_check=False)
         total = local.sum(0)  # stands in for nvFuser's all-reduced sum
-
-        class FD:
-            calls = 0
-
-            def execute(self, args):
-                FD.calls += 1
-                return [total.clone(), args[0] * 2]
-
-        class Built:
-            output_index = [0, 1]
-            fd = FD()
-
-        entry = _GlobalViewEntry(Built, False, mesh, [(Partial(),), (Shard(0),)], frozenset())
-        entry.placements = [(Replicate(),), (Shard(0),)]
         part = total if rank == 0 else torch.zeros_like(total)
         partial = DTensor.from_local(part, mesh, [Partial()], run_check=False)
-
-        class Region:
-            name = "stub"
-            _single = False
-            options = nb.Options()
-            _entries = {}
-
-            def forward(self, *dts):
-                self._entries[tuple(map(_fast_key, dts))] = entry
-                return partial, dts[0] * 2
-
-        call = _LocalRegionCall(Region(), [x._spec], [partial._spec, x._spec], [part, local])
+        region, fd, entry = _stub_region(mesh, [(Partial(),), (Shard(0),)], [(Replicate(),), (Shard(0),)], [0, 1],
+                                         lambda args: [total.clone(), args[0] * 2], lambda dts: (partial, dts[0] * 2))
+        call = _LocalRegionCall(region, [x._spec], [partial._spec, x._spec], [part, local])
         slow = call.run([local])
         assert call.fast is entry and call.zero_outputs == (frozenset({0}) if rank else frozenset())
         fast = call.run([local])
-        assert FD.calls == 1
+        assert len(fd.calls) == 1
         for a, b in zip(fast, slow):
             torch.testing.assert_close(a, b)
     finally:
