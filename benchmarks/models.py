@@ -12,7 +12,7 @@ on the same inputs. Backends: ``eager``, ``inductor``, ``nvfuser_dtensor`` and
 ``nvfuser_dtensor:opt+opt`` (boolean options, e.g. ``nvfuser_dtensor:fuse_matmul``).
 
 Rows (model x mode x backend): ``case``, ``mode`` (train/infer), ``backend``, ``status``
-(ok/wrong/error), ``error``, ``step_ms`` (median of single steps after ``--warmup`` steps,
+(ok/wrong/error), ``error``, ``note`` (a step judged against float64, zoo_check), ``step_ms`` (median of single steps after ``--warmup`` steps,
 CUDA events on CUDA), ``first_call_s`` (the first compiled step: compile), ``loss_err``,
 ``grad_err`` (see benchmarks/zoo_check.py), ``speedup_vs_inductor`` (inductor's step_ms /
 ours), ``peak_mem_mb``, ``kernels`` and ``kernel_ms`` (CUDA: GPU activities of one profiled step
@@ -119,6 +119,7 @@ def measure_model(a, name: str, emit) -> None:
             eager = copy.deepcopy(zm.model)
             t0 = time.perf_counter()
             ref = zoo_check.seeded_step(eager, zm, batch, train, 0)
+            fp64_cache = {}  # the float64 step, built once when a backend needs it (zoo_check.compare)
             sync(a.device)
             first = time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001 - the model itself fails: every backend's row says so
@@ -133,17 +134,17 @@ def measure_model(a, name: str, emit) -> None:
                     row.update(status="ok", first_call_s=first, loss_err=0.0, grad_err=0.0 if train else None,
                                **_time(eager, zm, batch, train, a.device, a.warmup, a.iters))
                 else:
-                    row.update(_measure_compiled(a, zm, batch, backend, train, ref))
+                    row.update(_measure_compiled(a, zm, batch, backend, train, ref, fp64_cache))
             except Exception as e:  # noqa: BLE001 - a failing backend is a result
                 traceback.print_exc()
                 row.update(status="error", error=_first_line(e))
             emit(row)
-        del eager, ref, zm
+        del eager, ref, zm, fp64_cache
         if a.device == "cuda":
             torch.cuda.empty_cache()
 
 
-def _measure_compiled(a, zm, batch, backend: str, train: bool, ref) -> dict:
+def _measure_compiled(a, zm, batch, backend: str, train: bool, ref, fp64_cache: dict) -> dict:
     name, options = parse_backend(backend)
     if name == NVF:
         import nvfuser_dtensor_backend as nb
@@ -154,7 +155,7 @@ def _measure_compiled(a, zm, batch, backend: str, train: bool, ref) -> dict:
             options = dict(options or {}, dump_dir=str(folder))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = zoo_check.compare(zm, name, train, options, ref=ref)
+        res = zoo_check.compare(zm, name, train, options, ref=ref, fp64_cache=fp64_cache)
         timing = _time(res["compiled"], zm, batch, train, a.device, a.warmup, a.iters)
     row = dict(status=res["status"], first_call_s=res["first_call_s"], loss_err=res["loss_err"],
                grad_err=res["grad_err"], tol_loss=res["tol"]["loss"], tol_grad=res["tol"]["grad"], **timing)
@@ -163,9 +164,17 @@ def _measure_compiled(a, zm, batch, backend: str, train: bool, ref) -> dict:
                    dropout_happened=res["dropout_happened"])
     if name == NVF:
         row.update(_nvf_stats(res["fallbacks"] + zoo_check.fallback_warnings(caught)))
+    if "fp64" in res:  # outside the tolerances from eager: judged against float64 (zoo_check)
+        f = res["fp64"]
+        row.update(fp64_loss_err=f["loss_err"], fp64_grad_err=f["grad_err"], eager_fp64_loss_err=f["eager_loss_err"],
+                   eager_fp64_grad_err=f["eager_grad_err"])
+        row["note"] = (f"from float64: loss_err {f['loss_err']:.3g} (eager {f['eager_loss_err']:.3g}), grad_err "
+                       f"{_fmt(f['grad_err'], '.3g')} (eager {_fmt(f['eager_grad_err'], '.3g')}), tolerance "
+                       f"{zoo_check.FP64_MULTIPLIER:g} x eager's + tol/10")
     if row["status"] == "wrong":
         row["error"] = (f"wrong: loss_err {row['loss_err']:.3g} (tol {row['tol_loss']:.3g}), "
-                        f"grad_err {_fmt(row['grad_err'], '.3g')} (tol {row['tol_grad']:.3g})")
+                        f"grad_err {_fmt(row['grad_err'], '.3g')} (tol {row['tol_grad']:.3g})"
+                        + (f"; {row['note']}" if "note" in row else ""))
     return row
 
 
@@ -247,14 +256,15 @@ def summary(rows: list[dict], env: dict) -> str:
                      f"over inductor {_fmt(gm, '.2f')}x")
     lines += ["", "| model | mode | backend | eager ms | inductor ms | ours ms | speedup vs inductor | loss_err | "
               "grad_err | inductor loss_err / grad_err | regions | fallbacks | GPU kernels / ms: inductor, ours | "
-              "status | errors |",
+              "status | errors / notes |",
               "|" + "---|" * 15]
     by = {(r["case"], r["mode"], r["backend"]): r for r in rows}
     for r in rows:
         if not r["backend"].startswith(NVF):
             continue
         e, i = by.get((r["case"], r["mode"], "eager"), {}), by.get((r["case"], r["mode"], "inductor"), {})
-        errors = "; ".join(f"{x['backend']}: {x['error']}" for x in (e, i, r) if x.get("error"))
+        errors = "; ".join(f"{x['backend']}: {x.get('error') or x['note']}" for x in (e, i, r)
+                           if x.get("error") or x.get("note"))
         errors = errors.replace("\n", " ").replace("|", "\\|")[:400]
         lines.append(
             f"| {r['case']} | {r['mode']} | {r['backend']} | {_fmt(e.get('step_ms'), '.2f')} | "

@@ -7,10 +7,7 @@
 #   per repeated layer, Note [Fusion cache key]), ResNet-18 (batch norm in nvFuser);
 # - ViT-S/16 and T5 with fuse_matmul=True (Note [One matmul per region]: they took more than
 #   420 s to compile before);
-# - GPT-2 and RoBERTa with NVFUSER_DTENSOR_GATHER_EXPERIMENT=segment_set (their loss regions
-#   fall back with validation.cpp:1559: does a segment_set before the gather let them
-#   compile?), BERT and RoBERTa with =take_along_axis (their embedding regions fall back with
-#   transform_replay.cpp:302), docs/nvfuser_faults.md item 7;
+# - BERT and RoBERTa, whose embedding regions now use take_along_axis (docs/nvfuser_faults.md item 7);
 # - the GPU tests of the translators and layouts changed last.
 # The global view's GPU check is scripts/gpu_global_view.sh (a second device call).
 # QUICK_MODELS, QUICK_FM_MODELS and QUICK_TIMEOUT override. Logs under $OUT.
@@ -25,11 +22,10 @@ zoo() {  # zoo NAME MODELS BACKENDS
 }
 zoo default "${QUICK_MODELS:-gpt2,llama,convnext,vit_s16,resnet18}" eager,inductor,nvfuser_dtensor &
 zoo fuse_matmul "${QUICK_FM_MODELS:-vit_s16,t5}" eager,nvfuser_dtensor:fuse_matmul &
-NVFUSER_DTENSOR_GATHER_EXPERIMENT=segment_set zoo gather_segment_set gpt2,roberta eager,nvfuser_dtensor &
-NVFUSER_DTENSOR_GATHER_EXPERIMENT=take_along_axis zoo gather_take_along_axis bert,roberta eager,nvfuser_dtensor &
+zoo gather bert,roberta eager,nvfuser_dtensor &
 timeout "$t" python3 -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_layouts.py tests/test_pad_matmul.py \
   tests/test_cuda_graphs.py > "$out/tests.log" 2>&1 &
 wait
-for z in default fuse_matmul gather_segment_set gather_take_along_axis; do echo "== $z"; grep -E "^\[" "$out/$z.log"; grep -E "^\| " "$out/$z/summary.md" 2>/dev/null | cut -c1-260; done
+for z in default fuse_matmul gather; do echo "== $z"; grep -E "^\[" "$out/$z.log"; grep -E "^\| " "$out/$z/summary.md" 2>/dev/null | cut -c1-260; done
 echo "== tests"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests.log" | tail -12
 

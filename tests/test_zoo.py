@@ -93,6 +93,28 @@ def test_errors_measure_relative_to_all_gradients():
     assert zoo_check.errors(got, ref, train=False) == (0.0, None)
 
 
+def test_fp64_rule_accepts_what_is_no_further_from_float64_than_eager():
+    """PyTorch's fp64_ref rule (zoo_check.fp64_judgement): a step far from eager bf16 is still
+    right when eager bf16 is as far from float64; twice eager's error plus tol/10 is the bound."""
+    tol = zoo_check.TOLERANCES[torch.bfloat16]
+    truth = zoo_check.Step(torch.tensor(1.0), torch.ones(3), {"w": torch.ones(4)})
+    eager = zoo_check.Step(torch.tensor(1.0), torch.ones(3), {"w": torch.tensor([1.2, 1.0, 1.0, 1.0])})  # 0.1 away
+    close = zoo_check.Step(torch.tensor(1.0), torch.ones(3), {"w": torch.tensor([1.0, 1.2, 1.0, 1.2])})  # 0.14
+    far = zoo_check.Step(torch.tensor(1.0), torch.ones(3), {"w": torch.tensor([1.3, 1.3, 1.0, 1.2])})  # 0.235
+    assert zoo_check.errors(close, eager, train=True)[1] > tol["grad"]  # outside the direct tolerance
+    judged = zoo_check.fp64_judgement(close, eager, truth, True, tol)
+    assert judged["ok"] and judged["eager_grad_err"] == pytest.approx(0.1)
+    assert not zoo_check.fp64_judgement(far, eager, truth, True, tol)["ok"]  # 0.235 > 2 x 0.1 + 0.005
+
+
+def test_fp64_step_runs_the_model_in_float64():
+    zm = zoo.build("resnet18", "tiny", dtype=torch.bfloat16)
+    batch = zm.make_inputs(0)
+    step = zoo_check.fp64_step(zm, batch, train=True, seed=0)
+    assert all(g.dtype == torch.float64 for g in step.grads.values() if g is not None)
+    assert next(zm.model.parameters()).dtype == torch.bfloat16  # the zoo model itself is untouched
+
+
 def test_steady_state_builds_nothing_new():
     # Issue 13: after the first steps nothing compiles or re-keys. Train and inference steps
     # alternate on new inputs; no region prepares a new entry and dynamo compiles no new frame.

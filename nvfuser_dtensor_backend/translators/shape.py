@@ -298,20 +298,14 @@ def gather(ctx, a, dim, index, sparse_grad=False):
     # aten and nvFuser agree: out[i][j][k] = a[index[i][j][k]][j][k] (dim 0), index no larger
     # than a in the other dims. sparse_grad only changes the backward.
     index, dim = cast(ctx, index, torch.int64), canonical_dim(dim, _rank(ctx))  # nvFuser: Int index
-    # NVFUSER_DTENSOR_GATHER_EXPERIMENT, for trying on the GPU what nvFuser's sources suggest
-    # against the gathers that fail to compile there (docs/nvfuser_faults.md item 7); off by default:
-    # "segment_set": a computed looked-up tensor becomes a segment input of its own;
-    # "take_along_axis": nvFuser's exact gather where the index matches the input off ``dim``.
-    if _GATHER_EXPERIMENT == "segment_set" and ctx.node.args[0].op != "placeholder":
-        a = ctx.ops.segment_set(a)
-    if _GATHER_EXPERIMENT == "take_along_axis":
-        src, idx = ctx.node.args[0].meta["val"], ctx.node.args[2].meta["val"]
-        if all(_same(i, s) for d, (i, s) in enumerate(zip(idx.shape, src.shape)) if d != dim):
-            return ctx.ops.take_along_axis(a, index, dim)
+    # Where the index matches the input off ``dim`` (every loss and embedding-buffer lookup),
+    # nvFuser's exact gather: its outputs keep plain iteration axes, where ``gather`` makes
+    # GatherScatter ones that a self replay rejects (transform_replay.cpp:302, HF BERT's
+    # token_type_ids lookup; docs/nvfuser_faults.md item 7, measured on the H200).
+    src, idx = ctx.node.args[0].meta["val"], ctx.node.args[2].meta["val"]
+    if all(_same(i, s) for d, (i, s) in enumerate(zip(idx.shape, src.shape)) if d != dim):
+        return ctx.ops.take_along_axis(a, index, dim)
     return ctx.ops.gather(a, index, dim)
-
-
-_GATHER_EXPERIMENT = os.environ.get("NVFUSER_DTENSOR_GATHER_EXPERIMENT", "")
 
 
 def _same(a, b) -> bool:
