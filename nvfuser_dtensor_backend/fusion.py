@@ -236,7 +236,7 @@ def _fix_dtype(ctx: TranslationContext, value, expected):
 def build_fusion(region: fx.GraphModule, descs: list, schedule: Callable | None = None) -> BuiltFusion:
     """Translate ``region`` into a new FusionDefinition for inputs described by ``descs``.
 
-    ``schedule(input_tvs, layouts)``, if given, annotates the inputs and the relayouts
+    ``schedule(fusion, input_tvs, layouts)``, if given, annotates the inputs and the relayouts
     (``TranslationContext.layouts``) once the fusion is defined (the multidevice schedule of
     the DTensor global view, distributed/dtensor.py); such a fusion is a multidevice one
     (``TranslationContext.multidevice``).
@@ -288,7 +288,7 @@ def build_fusion(region: fx.GraphModule, descs: list, schedule: Callable | None 
                         fd.add_output(value)
                     index.append(seen[key])
         if schedule is not None:
-            schedule([env[n] for n in placeholders], layouts)
+            schedule(fd.fusion, [env[n] for n in placeholders], layouts)
     return BuiltFusion(fd=fd, constants=constants, output_index=index, output_permutes=tuple(permutes),
                        dense_outputs=tuple(dense))
 

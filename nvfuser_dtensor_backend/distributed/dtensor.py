@@ -132,6 +132,41 @@ def schedule_input(tv, desc: PlacementDesc) -> None:
         tv.axis(dim).parallelize(axes[k])
 
 
+def mesh_sourceless_tensors(fusion, mesh_shape: tuple[int, ...], devices: tuple[int, ...]) -> list[str]:
+    """Put every TensorView that can get no mesh from a producer on the mesh, replicated.
+
+    Note [Every tensor on the mesh]
+    nvFuser takes a fusion whose TensorViews all have a device mesh or none do ("Cannot have
+    some TensorViews with device mesh and some without", seen on the H200 for an SP block
+    with fuse_matmul). Its sharding propagation carries meshes from producers to consumers,
+    so the ones left without a mesh are the TensorViews made from no tensor: ``full``,
+    ``iota``, random numbers, the int64 seed/offset placeholders of the cuDNN attention
+    translator. Those are the same on every device: replicated on the region's mesh. (Fusion
+    inputs are left as scheduled: a 0-dim input has no placement.) Returns their prints.
+    """
+    TensorView = nvfuser().TensorView
+    mesh, done = device_mesh(mesh_shape, devices), []
+    for val in fusion.vals():
+        if not isinstance(val, TensorView) or val.definition() is None or "DeviceMesh" in str(val):
+            continue
+        if any(isinstance(v, TensorView) for v in _definition_inputs(val)):
+            continue  # nvFuser propagates its producers' mesh
+        val.set_device_mesh(mesh)
+        done.append(str(val))
+    return done
+
+
+def _definition_inputs(tv) -> list:
+    """The inputs of the expression that defines ``tv``."""
+    expr, inputs = tv.definition(), []
+    while expr is not None:
+        try:
+            inputs.append(expr.input(len(inputs)))
+        except (IndexError, RuntimeError, ValueError):
+            break
+    return inputs
+
+
 def placements_from_sharding(sharding, mesh_ndim: int):
     """DTensor placements of an output from nvFuser's ``Sharding`` (never Partial)."""
     from torch.distributed.tensor.placement_types import Replicate, Shard

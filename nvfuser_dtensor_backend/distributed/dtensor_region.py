@@ -25,6 +25,7 @@ from .dtensor import (
     PlacementDesc,
     has_partial,
     placement_reason,
+    mesh_sourceless_tensors,
     placements_from_sharding,
     schedule_input,
     without_partial,
@@ -79,7 +80,7 @@ class GlobalViewRegion(FusedRegion):
         descs = tuple(describe(a, static=True) for a in args)  # global sizes and strides
         cache_key = (self._code_key, descs, tuple(placements), nvfuser_version())
 
-        def schedule(tvs, layouts):
+        def schedule(fusion, tvs, layouts):
             for tv, desc in zip(tvs, placements):
                 if desc is not None:
                     schedule_input(tv, desc)
@@ -92,6 +93,8 @@ class GlobalViewRegion(FusedRegion):
                 if target is not None:
                     schedule_input(tv, target)
                     self.scheduled_relayouts.append(str(tv))
+            self.scheduled_sourceless = mesh_sourceless_tensors(
+                fusion, tuple(mesh.mesh.shape), tuple(int(d) for d in mesh.mesh.flatten().tolist()))
 
         built = FUSION_CACHE.get_or_build(cache_key, lambda: self._build(descs, schedule))
         if not any(_local(a).is_cuda for a in args if isinstance(a, torch.Tensor)):

@@ -13,6 +13,11 @@ a relayout to ``Shard(1)`` (a reduce-scatter over the sequence). The relayout sh
 and in the reshape's input ``[B*S, E]`` S is the inner part of ``B*S``: the device split
 would sit inside it. With B = 1 it is outermost, which is why batch 1 ran.
 
+The backward of the same block hit it too, with pointwise ops in between: the input
+gradient is ``add(view(mm(...)), view(mm(...)))`` relaid out to ``Shard(1)``, and nvFuser
+propagates the relayout's sharding back through the adds onto the views. So a reshape
+counts when the relayout reads it directly or through pointwise ops of the relayout's shape.
+
 Such a reshape (one whose output dim, sharded by the relayout that reads it, has a dim of
 size > 1 in front of it from the same input dim) stays out of the regions: it is marked on
 the node (``registry.KEEP_OUT``, which ``lookup`` reads) and runs between them, on local
@@ -76,18 +81,33 @@ def keep_inner_sharded_reshapes_out(graph: fx.Graph) -> int:
     for node in graph.nodes:
         if node.op != "call_function" or node.target is not run_relayout:
             continue
-        src = node.args[0]
-        if not (isinstance(src, fx.Node) and src.op == "call_function" and src.target in RESHAPES):
-            continue
-        before, after = src.args[0].meta.get("val"), src.meta.get("val")
-        if not (isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor)):
-            continue
         _, placements = layout(node.args[1])
-        for p in placements:
-            if type(p) is Shard:
-                reason = inner_split_reason(before.shape, after.shape, p.dim % after.dim())
-                if reason:
-                    src.meta[KEEP_OUT] = reason
-                    marked += 1
-                    break
+        dims = [p.dim for p in placements if type(p) is Shard]
+        for src in _reshapes_feeding(node.args[0]) if dims else ():
+            before, after = src.args[0].meta["val"], src.meta["val"]
+            reason = next(filter(None, (inner_split_reason(before.shape, after.shape, d % after.dim()) for d in dims)),
+                          None)
+            if reason and KEEP_OUT not in src.meta:
+                src.meta[KEEP_OUT] = reason
+                marked += 1
     return marked
+
+
+def _reshapes_feeding(node) -> list[fx.Node]:
+    """The reshapes ``node`` is, or is computed from through pointwise ops of its shape."""
+    value = node.meta.get("val") if isinstance(node, fx.Node) else None
+    if not isinstance(value, torch.Tensor):
+        return []
+    found, todo, seen = [], [node], set()
+    while todo:
+        n = todo.pop()
+        v = n.meta.get("val")
+        if n in seen or n.op != "call_function" or not isinstance(v, torch.Tensor) or v.shape != value.shape:
+            continue
+        seen.add(n)
+        if n.target in RESHAPES:
+            if isinstance(n.args[0].meta.get("val"), torch.Tensor):
+                found.append(n)
+        elif isinstance(n.target, torch._ops.OpOverload) and torch.Tag.pointwise in n.target.tags:
+            todo.extend(n.all_input_nodes)
+    return found

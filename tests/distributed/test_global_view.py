@@ -57,6 +57,18 @@ def test_shard_axis_becomes_the_device_axis(mesh, dim):
     assert "DeviceMesh" in tx and "DeviceMesh" in tb
 
 
+def test_tensors_made_from_no_tensor_are_put_on_the_mesh(mesh):
+    """Note [Every tensor on the mesh]: a full_like inside a region has no producer to get a
+    mesh from; nvFuser rejects a fusion with some TensorViews on a mesh and some not."""
+    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)])
+    out = torch.compile(lambda x: x * 2 + torch.full_like(x, 3.0), backend="nvfuser_dtensor")(x)
+    assert isinstance(out, DTensor) and out.shape == (8, 16)
+    (region,) = _regions()
+    (made,) = region.scheduled_sourceless
+    assert "[iS" in made and f"DeviceMesh{{{' '.join(map(str, range(mesh.size())))}}}" in made, made
+    assert "deviceIdx" not in made  # replicated
+
+
 def test_reduction_over_the_sharded_dim_gives_eager_placement(mesh):
     x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(1)])
     fn = lambda x: (x * x).sum(1)  # noqa: E731
@@ -446,6 +458,31 @@ def test_sequence_parallel_reshape_with_the_shard_inside_stays_out_of_the_fusion
     else:
         s = 8 * mesh.size()  # the input is this rank's part of the sequence
         assert len(kept_out) == 1 and f"[{batch * s}, 32] -> [{batch}, {s}, 32]" in kept_out[0], reasons
+
+
+def test_reshapes_reaching_a_sharding_relayout_through_pointwise_ops_stay_out(mesh):
+    """The SP block's backward on the H200: add(add(view(mm), view(mm)), view(mm)) relaid out
+    to Shard(1); nvFuser carries the sharding back through the adds onto the views."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from nvfuser_dtensor_backend.distributed.sharded_reshapes import keep_inner_sharded_reshapes_out
+    from nvfuser_dtensor_backend.distributed.tp_conversions import _layout_key, run_relayout
+    from nvfuser_dtensor_backend.registry import KEEP_OUT
+
+    key = _layout_key(mesh, (Shard(1),))
+
+    def grads(a, b, c, x):
+        return a.view(2, 8, 4) + b.view(2, 8, 4) * 2 + c.view(2, 8, 4), x.view(2, 8, 4)
+
+    gm = make_fx(grads, tracing_mode="fake")(*[torch.randn(16, 4) for _ in range(3)], torch.randn(2, 32))
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    with gm.graph.inserting_before(output):  # each result relaid out to Shard(1), as in the graph
+        for value in output.args[0]:
+            node = gm.graph.call_function(run_relayout, (value, key, key))
+            node.meta["val"] = value.meta["val"]
+    assert keep_inner_sharded_reshapes_out(gm.graph) == 3  # x.view([2, 32] -> [2, 8, 4]) keeps the shard outermost
+    kept = [n for n in gm.graph.nodes if KEEP_OUT in n.meta]
+    assert all(n.args[0].meta["val"].shape == (16, 4) for n in kept), kept
 
 
 @pytest.mark.parametrize("before, after, dim, inner", [
