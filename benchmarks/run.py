@@ -64,10 +64,11 @@ def environment(device: str, mesh) -> dict:
 
 
 def parse_backend(backend: str) -> tuple[str, dict | None]:
-    """``name[:opt[+opt...]]`` -> (name, {opt: True, ...} or None), e.g.
-    ``nvfuser_dtensor:global_view+fuse_matmul`` -> ("nvfuser_dtensor", {"global_view": True, "fuse_matmul": True})."""
+    """``name[:opt[+opt...]]`` -> (name, {opt: True, ...} or None); ``no_opt`` sets it False, e.g.
+    ``nvfuser_dtensor:global_view+fuse_matmul`` -> ("nvfuser_dtensor", {"global_view": True, "fuse_matmul": True}),
+    ``nvfuser_dtensor:no_cuda_graphs`` -> ("nvfuser_dtensor", {"cuda_graphs": False})."""
     name, _, flags = backend.partition(":")
-    return name, {flag: True for flag in flags.split("+") if flag} or None
+    return name, {flag.removeprefix("no_"): not flag.startswith("no_") for flag in flags.split("+") if flag} or None
 
 
 def compile_kwargs(name: str, options: dict | None) -> dict:

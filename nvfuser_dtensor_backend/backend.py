@@ -211,7 +211,8 @@ def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = N
         log.warning("nvfuser_dtensor: DTensor graph takes the local path (per-rank fusions, collectives run "
                     "by PyTorch): %s", reason)
 
-    graphs = CudaGraphs(len(example_inputs)) if wants_cuda_graphs(opts.cuda_graphs, example_inputs) else None
+    graphs = (CudaGraphs(len(example_inputs), asked=opts.cuda_graphs is True)
+              if wants_cuda_graphs(opts.cuda_graphs, example_inputs) else None)
 
     def compiler(kind):
         def compile_fn(g, inputs):

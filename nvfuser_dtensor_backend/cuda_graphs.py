@@ -12,21 +12,33 @@ backend), which already does what a production capture needs:
   ``static_input_indices`` in the forward, the saved values in the backward), other inputs
   copied into the graph's buffers;
 - forward and backward recorded into one memory pool, a new graph per new input layout;
-- an output of a replay is never overwritten while it is alive: the next call in the same
-  step replays or records another graph instead (tests/test_cuda_graphs.py). Only
-  ``torch.compiler.cudagraph_mark_step_begin()`` (the user saying that earlier outputs are
-  no longer needed, as with inductor's reduce-overhead) lets a replay reuse their memory; an
-  output kept across that is overwritten without an error in a replay (the H200 showed it:
-  cudagraph trees raise "accessing tensor output of CUDAGraphs that has been overwritten"
-  only when a warm-up or recording ends), so clone what you keep across steps;
+- while an output of a replay is alive, the next call in the same step replays or records
+  another graph instead of overwriting it.
+Where the trees stop short, the backend adds one thing. A new step (any new call of the
+compiled function once pending backwards ran, or ``cudagraph_mark_step_begin()``) lets a
+replay write over the outputs of the last step, and the trees flag that only for outputs
+of a warm-up or recording: an output of a replay kept across steps (a loss appended to a
+list, logits kept for a metric, a gradient stolen into ``param.grad`` and accumulated into
+by the next step) silently changed value on the H200. So every output that reaches the
+user is copied out of the graph's memory after the replay (``copying_out``): the forward's
+user outputs (AOTAutograd's ``num_forward_returns``; the activations saved for the backward
+stay in the pool, the backward is their only reader), every output of an inference graph
+and every gradient of a backward graph. That costs one device copy of those outputs per
+step (measured in benchmarks/results/h200_models, ``nvfuser_dtensor`` against
+``inductor:reduce-overhead``, which does not copy); in exchange, no value a user holds ever
+changes under them, and the graph's outputs are dead at once, so the trees replay the same
+graph on every call instead of recording a second one for a live output.
 - random ops (dropout stays in PyTorch) draw new numbers on every replay: PyTorch's CUDA
   generator registers its philox seed and offset with the captured graph.
 A graph that cannot be captured runs as it is, with one log line saying why: inputs or nodes
 on the CPU (the CPU evaluator), input mutations, ops that sync with the host, symbolic shapes
 (``dynamic=True``).
 
-``"auto"`` will turn CUDA graphs on for CUDA graphs with static shapes once they are measured
-on the H200; until then the option is off unless asked for (``cuda_graphs=True``).
+``"auto"`` (the default) captures dynamo graphs whose tensor inputs are all on CUDA with
+static shapes, and no DTensor (the global view and the DTensor local path run uncaptured:
+collectives inside a captured graph are left for a later change). ``True`` asks for capture
+of any graph (those that cannot be captured say why at WARNING; under ``"auto"`` at INFO),
+``False`` turns it off.
 """
 
 from __future__ import annotations
@@ -84,6 +96,31 @@ def consuming(compiled: Callable) -> Callable:
     return run
 
 
+def copying_out(replay: Callable, escaping: int | None) -> Callable:
+    """``replay`` (boxed) with its first ``escaping`` outputs (None: all) copied out of the
+    graph's memory (see the Note)."""
+    def run(args: list) -> Any:
+        outs = list(replay(args))
+        for i, o in enumerate(outs[:escaping] if escaping is not None else outs):
+            if isinstance(o, torch.Tensor):
+                outs[i] = o.clone()
+        return outs
+
+    run._boxed_call = True
+    return run
+
+
+def _escaping_outputs(kind: str) -> int | None:
+    """How many leading outputs of a compiled ``kind`` graph reach the user (None: all). A
+    forward graph returns mutated inputs, the user's outputs and intermediate bases first,
+    then what it saves for the backward (AOTAutograd's ``num_forward_returns``)."""
+    if kind != "forward":
+        return None
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None) if context is not None else None
+    return getattr(meta, "num_forward_returns", None)
+
+
 class CudaGraphs:
     """Wraps the compiled forward/backward/inference functions of one dynamo graph.
 
@@ -91,8 +128,9 @@ class CudaGraphs:
     dynamo's ``"cudagraphs"`` backend).
     """
 
-    def __init__(self, num_dynamo_inputs: int):
+    def __init__(self, num_dynamo_inputs: int, asked: bool = True):
         self.num_dynamo_inputs = num_dynamo_inputs
+        self.log_level = logging.WARNING if asked else logging.INFO  # asked: options.cuda_graphs=True
         self.captured = True
         self.device_index: int | None = None
 
@@ -123,7 +161,7 @@ class CudaGraphs:
             static = get_static_input_idxs(num_fw_fixed_arguments(self.num_dynamo_inputs, len(inputs)))
         why = skip_reason(gm, inputs, static)
         if why is not None:
-            log.warning("nvfuser_dtensor: the %s graph runs without CUDA graphs: %s", kind, why)
+            log.log(self.log_level, "nvfuser_dtensor: the %s graph runs without CUDA graphs: %s", kind, why)
             if kind != "backward":
                 self.captured = False
                 return lambda compiled: compiled
@@ -131,13 +169,14 @@ class CudaGraphs:
         self.device_index = self._device_index(gm)
         recorded = dict(stack_traces=get_stack_traces(gm), placeholders=get_placeholder_info(gm.graph),
                         mutated_input_idxs=find_input_mutations(gm.graph))
+        escaping = _escaping_outputs(kind)
 
         def wrap(compiled: Callable) -> Callable:
             from torch._inductor.cudagraph_trees import cudagraphify_impl
 
             out = cudagraphify_impl(consuming(compiled), inputs, static, device_index=self.device_index,
                                     is_backward=kind == "backward", is_inference=kind == "inference", **recorded)
-            out._boxed_call = True
+            out = copying_out(out, escaping)
             log.info("nvfuser_dtensor: the %s graph replays as a CUDA graph (%d static inputs of %d)",
                      kind, len(static), len(inputs))
             return out
@@ -163,7 +202,11 @@ class CudaGraphs:
 
 
 def wants_cuda_graphs(option: Any, example_inputs) -> bool:
-    """Whether ``options.cuda_graphs`` asks for capture of this dynamo graph."""
-    if option is True:
-        return True
-    return False  # "auto": see the module docstring
+    """Whether ``options.cuda_graphs`` asks for capture of this dynamo graph (see the Note)."""
+    if option != "auto":  # True or False, as validated by Options
+        return bool(option)
+    from torch.distributed.tensor import DTensor
+
+    tensors = [a for a in example_inputs if isinstance(a, torch.Tensor)]
+    return (bool(tensors) and all(t.is_cuda and not isinstance(t, DTensor) for t in tensors)
+            and not _symbolic(example_inputs))

@@ -47,10 +47,11 @@ class Options:
             variable ``NVFUSER_DTENSOR_CHECK_LAYOUTS=1`` (the test suite sets it).
         cuda_graphs: replay the compiled forward and backward as CUDA graphs through
             PyTorch's cudagraph trees (cuda_graphs.py, Note [CUDA graphs through cudagraph
-            trees]): ``True``, ``False`` or ``"auto"`` (default; for now off: it becomes "on
-            for CUDA graphs with static shapes" once measured on the H200). Graphs that cannot
-            be captured (CPU, input mutations, host syncs, dynamic shapes) run as they are,
-            with one log line.
+            trees]), with every output that reaches the user copied out of the graph's
+            memory, so no value a user holds changes in a later replay: ``"auto"`` (default:
+            dynamo graphs whose tensor inputs are all on CUDA with static shapes, no
+            DTensor), ``True`` (any graph) or ``False``. Graphs that cannot be captured
+            (input mutations, host syncs, dynamic shapes) run as they are, with one log line.
         pad_matmuls: bf16/fp16 ``mm``/``addmm`` with a dim that is not a multiple of 8 (a
             vocabulary of 50257) run on zero-padded operands, so cuBLAS uses its aligned
             kernels (pad_matmul.py, Note [Padded matmuls]): ``"auto"`` (default: on CUDA,

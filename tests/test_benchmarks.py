@@ -91,3 +91,11 @@ def test_model_zoo_benchmark_timeout_gives_error_rows(tmp_path):
                         "--modes", "train,infer", "--backends", "eager", "--timeout-s", "0.5"])
     assert [(r["mode"], r["status"]) for r in rows] == [("train", "error"), ("infer", "error")]
     assert rows[0]["error"].startswith("timed out after 0.5 s")
+
+
+def test_backend_names_carry_boolean_options():
+    assert run.parse_backend("nvfuser_dtensor") == ("nvfuser_dtensor", None)
+    assert run.parse_backend("nvfuser_dtensor:global_view+fuse_matmul") == (
+        "nvfuser_dtensor", {"global_view": True, "fuse_matmul": True})
+    assert run.parse_backend("nvfuser_dtensor:no_cuda_graphs") == ("nvfuser_dtensor", {"cuda_graphs": False})
+    assert run.compile_kwargs("inductor", {"reduce-overhead": True})["mode"] == "reduce-overhead"

@@ -52,6 +52,55 @@ def test_the_compiled_function_empties_the_list_it_is_handed():
     assert run(args) == [6] and args == [] and seen == [[1, 2, 3]] and run._boxed_call
 
 
+def test_auto_captures_cuda_graphs_with_static_shapes_only():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from nvfuser_dtensor_backend.cuda_graphs import wants_cuda_graphs
+
+    cpu = [torch.randn(2, 3)]
+    assert not wants_cuda_graphs("auto", cpu) and wants_cuda_graphs(True, cpu) and not wants_cuda_graphs(False, cpu)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        cuda = [torch.empty(2, 3, device="cuda"), torch.empty(3, device="cuda")]
+        assert wants_cuda_graphs("auto", cuda)
+        assert not wants_cuda_graphs("auto", cuda + cpu)  # a CPU tensor among them
+    assert not wants_cuda_graphs("auto", [1, 2.0])  # no tensor at all
+
+
+def test_outputs_that_reach_the_user_are_copied_out_of_the_graph():
+    """Note [CUDA graphs through cudagraph trees]: the first ``escaping`` outputs of a replay
+    are copies; the rest (activations saved for the backward) stay the graph's own."""
+    from nvfuser_dtensor_backend.cuda_graphs import copying_out
+
+    static = [torch.randn(4), torch.randn(2, 3).t(), torch.randn(5)]  # the graph's memory
+    replay = lambda args: list(static)  # noqa: E731
+    user, strided, saved = copying_out(replay, 2)([])
+    assert user.data_ptr() != static[0].data_ptr() and torch.equal(user, static[0])
+    assert strided.stride() == static[1].stride() and torch.equal(strided, static[1])
+    assert saved is static[2]
+    assert all(o.data_ptr() != t.data_ptr() for o, t in zip(copying_out(replay, None)([]), static))
+
+
+def test_forward_graphs_know_how_many_outputs_reach_the_user():
+    """AOTAutograd's num_forward_returns, read while the forward is compiled: the user's two
+    outputs, not the activations saved for the backward."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    from nvfuser_dtensor_backend.cuda_graphs import _escaping_outputs
+
+    seen = {}
+
+    def fw(gm, inputs):
+        seen["escaping"] = _escaping_outputs("forward")
+        seen["outputs"] = len(next(n for n in gm.graph.nodes if n.op == "output").args[0])
+        return gm
+
+    f = torch.compile(lambda x, w: ((x @ w).tanh().sum(), (x * 2).sin()),
+                      backend=aot_autograd(fw_compiler=fw, bw_compiler=lambda gm, i: gm))
+    f(torch.randn(4, 4, requires_grad=True), torch.randn(4, 4, requires_grad=True))
+    assert seen["escaping"] == 2 and seen["outputs"] > 2, seen
+    assert _escaping_outputs("backward") is None and _escaping_outputs("inference") is None
+
+
 def test_cpu_graphs_run_as_they_are_with_one_log_line(caplog):
     m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
     x = torch.randn(3, 8, requires_grad=True)
@@ -97,22 +146,50 @@ def test_training_steps_match_eager_across_optimizer_steps(caplog):
 
 @gpu
 def test_a_live_output_is_never_overwritten_by_a_later_replay():
-    # The cudagraph trees' guard: while an output of a replay is alive, the next call in the
-    # same step records or replays another graph instead of overwriting it. Only
-    # torch.compiler.cudagraph_mark_step_begin() (the user saying earlier outputs are no
-    # longer needed) lets a replay reuse their memory, as with inductor's reduce-overhead.
+    # Within a step the cudagraph trees never overwrite a live output; across steps
+    # (cudagraph_mark_step_begin, or a new call after the backward) they would, and the
+    # backend copies every output that reaches the user out of the graph's memory.
     f = compile_fn(lambda x: torch.nn.functional.gelu(x * 2) + 1, cuda_graphs=True)
     for _ in range(3):  # warm-up and record
         torch.compiler.cudagraph_mark_step_begin()
         f(randn(16, 32))
-    torch.compiler.cudagraph_mark_step_begin()
-    x1, x2 = randn(16, 32), randn(16, 32)
+    x1, x2, x3 = randn(16, 32), randn(16, 32), randn(16, 32)
     first = f(x1)
-    kept = first.clone()
     second = f(x2)
-    torch.testing.assert_close(first, kept, rtol=0, atol=0)
-    torch.testing.assert_close(second, torch.nn.functional.gelu(x2 * 2) + 1)
-    torch.testing.assert_close(first, torch.nn.functional.gelu(x1 * 2) + 1)
+    torch.compiler.cudagraph_mark_step_begin()
+    third = f(x3)  # a replay in a new step
+    for out, x in ((first, x1), (second, x2), (third, x3)):
+        torch.testing.assert_close(out, torch.nn.functional.gelu(x * 2) + 1)
+
+
+@gpu
+def test_default_options_capture_and_keep_losses_and_accumulated_gradients(caplog):
+    """cuda_graphs="auto" captures a CUDA training step; the losses a training loop keeps and
+    gradients accumulated over steps (zero_grad(set_to_none=False), several backwards per
+    optimizer step) stay right across replays."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).to(DEVICE)
+    ref = __import__("copy").deepcopy(model)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, ref))
+    with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
+        compiled = compile_fn(model)
+        losses, ref_losses = [], []
+        for step in range(6):
+            for micro in range(2):  # two backwards accumulate into .grad
+                x = randn(16, 64)
+                loss = compiled(x).square().mean()
+                loss.backward()
+                ref_loss = ref(x).square().mean()
+                ref_loss.backward()
+                losses.append(loss)
+                ref_losses.append(ref_loss)
+            for p, q in zip(model.parameters(), ref.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+            for o in (opt, ref_opt):
+                o.step()
+                o.zero_grad(set_to_none=False)
+    torch.testing.assert_close(torch.stack(losses), torch.stack(ref_losses), rtol=1e-4, atol=1e-5)
+    assert _captured(caplog) == 2  # forward and backward, by default
 
 
 @gpu

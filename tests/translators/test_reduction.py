@@ -160,7 +160,7 @@ def test_multidevice_fusions_reduce_one_axis_at_a_time(dtype, keepdim):
     x = randn(6, 5, 8, dtype=dtype)
     gm = make_fx(fn)(x)
     single = build_fusion(gm, [TensorDesc.of(x)])
-    multi = build_fusion(gm, [TensorDesc.of(x, static=True)], schedule=lambda inputs, layouts: None)
+    multi = build_fusion(gm, [TensorDesc.of(x, static=True)], schedule=lambda fusion, inputs, layouts: None)
     count = lambda fd: sum(repr(fd).count(f"fd.ops.{op}(") for op in ("sum", "max"))  # noqa: E731
     assert count(single.fd) == 2 and count(multi.fd) == 4, repr(multi.fd)
     for built in (single, multi):
@@ -180,7 +180,7 @@ def test_multidevice_var_mean_prod_any_reduce_one_axis_at_a_time(keepdim, correc
 
     x = randn(6, 5, 8) + 1  # products of values near 1 stay finite
     gm = make_fx(fn)(x)
-    multi = build_fusion(gm, [TensorDesc.of(x, static=True)], schedule=lambda inputs, layouts: None)
+    multi = build_fusion(gm, [TensorDesc.of(x, static=True)], schedule=lambda fusion, inputs, layouts: None)
     text = repr(multi.fd)
     assert "var_mean(" not in text and "fd.ops.var(" not in text, text
     for built in (build_fusion(gm, [TensorDesc.of(x)]), multi):
