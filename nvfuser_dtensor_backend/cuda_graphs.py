@@ -132,6 +132,7 @@ class CudaGraphs:
         self.num_dynamo_inputs = num_dynamo_inputs
         self.log_level = logging.WARNING if asked else logging.INFO  # asked: options.cuda_graphs=True
         self.captured = True
+        self.failed: str | None = None  # why the cudagraph trees raised (_falling_back)
         self.device_index: int | None = None
 
     def _device_index(self, gm: fx.GraphModule) -> int:
@@ -176,7 +177,7 @@ class CudaGraphs:
 
             out = cudagraphify_impl(consuming(compiled), inputs, static, device_index=self.device_index,
                                     is_backward=kind == "backward", is_inference=kind == "inference", **recorded)
-            out = copying_out(out, escaping)
+            out = self._falling_back(kind, copying_out(out, escaping), compiled)
             log.info("nvfuser_dtensor: the %s graph replays as a CUDA graph (%d static inputs of %d)",
                      kind, len(static), len(inputs))
             return out
@@ -189,13 +190,34 @@ class CudaGraphs:
         "cudagraphs" backend and inductor do)."""
         from torch._inductor.cudagraph_trees import get_manager
 
-        manager = get_manager(self.device_index or 0, create_if_none_exists=False)
-        if manager is None:
-            return compiled
+        def run(args: list) -> Any:
+            manager = get_manager(self.device_index or 0, create_if_none_exists=False)
+            if manager is not None:
+                manager.set_to_running_backward()
+            return compiled(args)
+
+        run._boxed_call = True
+        return run
+
+    def _falling_back(self, kind: str, replay: Callable, compiled: Callable) -> Callable:
+        """``replay`` until the cudagraph trees raise on it (in a warm-up, a recording or a
+        replay); from then on this graph and its forward or backward run as they are, after
+        one warning. The failed call is rerun as it is on the same inputs: an error of the
+        computation itself raises again there. (Seen on the H200: ConvNeXt's first backward
+        warm-up stopped at the trees' check that its outputs lie in the graph's memory pool.)"""
+        plain = self._uncaptured_backward(compiled) if kind == "backward" else compiled
 
         def run(args: list) -> Any:
-            manager.set_to_running_backward()
-            return compiled(args)
+            if self.failed is not None:
+                return plain(args)
+            kept = list(args)  # the trees empty ``args`` as they go
+            try:
+                return replay(args)
+            except Exception as e:  # noqa: BLE001 - any failure of the capture machinery
+                self.failed = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                log.warning("nvfuser_dtensor: CUDA graphs are off for this compiled graph from now on: its %s "
+                            "raised in the cudagraph trees (%s); it runs as it is", kind, self.failed)
+                return plain(kept)
 
         run._boxed_call = True
         return run

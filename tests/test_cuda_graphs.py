@@ -80,6 +80,31 @@ def test_outputs_that_reach_the_user_are_copied_out_of_the_graph():
     assert all(o.data_ptr() != t.data_ptr() for o, t in zip(copying_out(replay, None)([]), static))
 
 
+def test_a_graph_the_cudagraph_trees_fail_on_runs_as_it_is_from_then_on(caplog):
+    from nvfuser_dtensor_backend.cuda_graphs import CudaGraphs
+
+    calls = {"replay": 0}
+
+    def replay(args):  # the trees empty the list, then raise (a failed pool check)
+        calls["replay"] += 1
+        args.clear()
+        raise RuntimeError("These storage data ptrs are not allocated in pool (0, 1) but should be: {1}")
+
+    graphs = CudaGraphs(2)
+    forward = graphs._falling_back("forward", replay, lambda args: [sum(args)])
+    with caplog.at_level(logging.WARNING, logger="nvfuser_dtensor_backend"):
+        assert forward([1, 2]) == [3]  # the failed call, rerun as it is on the same inputs
+        assert forward([3, 4]) == [7]
+        backward = graphs._falling_back("backward", replay, lambda args: [max(args)])
+        assert backward([5, 6]) == [6]  # its partner runs as it is too, without trying
+    assert calls["replay"] == 1
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "CUDA graphs are off" in line and "not allocated in pool" in line
+    error = graphs._falling_back("forward", replay, lambda args: 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # an error of the computation itself still raises
+        error([1])
+
+
 def test_forward_graphs_know_how_many_outputs_reach_the_user():
     """AOTAutograd's num_forward_returns, read while the forward is compiled: the user's two
     outputs, not the activations saved for the backward."""
