@@ -85,12 +85,17 @@ def skip_reason(gm: fx.GraphModule, inputs, static: list[int]) -> str | None:
 def consuming(compiled: Callable) -> Callable:
     """``compiled`` (a boxed function) as cudagraph trees call it: they hand over their list
     of inputs and assert that the callee emptied it, so the inputs can be freed early (as
-    the generated code of AOTAutograd's boxed functions does)."""
+    the generated code of AOTAutograd's boxed functions does). An exception of the graph
+    itself is marked, so that ``_falling_back`` lets it through."""
 
     def run(args: list) -> Any:
         mine = list(args)
         args.clear()
-        return compiled(mine)
+        try:
+            return compiled(mine)
+        except Exception as e:
+            e._nvfuser_dtensor_graph_error = True
+            raise
 
     run._boxed_call = True
     return run
@@ -204,7 +209,9 @@ class CudaGraphs:
         replay); from then on this graph and its forward or backward run as they are, after
         one warning. The failed call is rerun as it is on the same inputs: an error of the
         computation itself raises again there. (Seen on the H200: ConvNeXt's first backward
-        warm-up stopped at the trees' check that its outputs lie in the graph's memory pool.)"""
+        warm-up stopped at the trees' check that its outputs lie in the graph's memory pool.)
+        An exception raised by the graph itself (marked by ``consuming``) propagates as it
+        would without capture."""
         plain = self._uncaptured_backward(compiled) if kind == "backward" else compiled
 
         def run(args: list) -> Any:
@@ -214,6 +221,8 @@ class CudaGraphs:
             try:
                 return replay(args)
             except Exception as e:  # noqa: BLE001 - any failure of the capture machinery
+                if getattr(e, "_nvfuser_dtensor_graph_error", False):
+                    raise  # the graph's own (an error, a warning turned into one): as without capture
                 self.failed = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
                 log.warning("nvfuser_dtensor: CUDA graphs are off for this compiled graph from now on: its %s "
                             "raised in the cudagraph trees (%s); it runs as it is", kind, self.failed)

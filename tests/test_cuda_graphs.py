@@ -105,6 +105,21 @@ def test_a_graph_the_cudagraph_trees_fail_on_runs_as_it_is_from_then_on(caplog):
         error([1])
 
 
+def test_an_error_of_the_graph_itself_is_not_taken_for_a_capture_failure(caplog):
+    """A region's fallback warning turned into an error (as tests do) inside a warm-up is the
+    graph's own: it propagates, and capture stays on."""
+    from nvfuser_dtensor_backend.cuda_graphs import CudaGraphs, consuming
+
+    def graph(args):
+        raise UserWarning("region falls back")
+
+    graphs = CudaGraphs(1)
+    run = graphs._falling_back("backward", lambda args: consuming(graph)(args), graph)
+    with caplog.at_level(logging.WARNING, logger="nvfuser_dtensor_backend"), pytest.raises(UserWarning):
+        run([1])
+    assert graphs.failed is None and not caplog.records
+
+
 def test_forward_graphs_know_how_many_outputs_reach_the_user():
     """AOTAutograd's num_forward_returns, read while the forward is compiled: the user's two
     outputs, not the activations saved for the backward."""

@@ -35,7 +35,7 @@ from ..decompositions import decomposition_table
 from .dtensor import PlacementDesc, placement_reason
 from .dtensor_ops import register_strategies
 from .dtensor_region import GlobalViewRegion, fake_dtensor
-from .local_execution import NotLocal, lower_to_local
+from .local_execution import BackwardByGradPlacements, NotLocal, lower_to_local
 from .sharded_reshapes import keep_inner_sharded_reshapes_out
 from ..options import Options
 from ..region import _first_line
@@ -227,8 +227,8 @@ def _local_or_dtensor(compiled: list[Callable], fake_args: list, n_out: int, con
                     grads = _unit_gradients(outs[:n_out])
                 saved = outs[n_out:]
                 n_saved = len(saved)
-                backward, _ = lower_to_local(
-                    compiled[1], saved + grads,
+                backward = BackwardByGradPlacements(
+                    compiled[1], saved, n_saved, mode, grads,
                     local_inputs=frozenset(range(n_saved)) | frozenset(n_saved + j for j in conv_out),
                     local_outputs=conv_in, out_placements=dict(conv.inputs))
                 result = [forward, backward]

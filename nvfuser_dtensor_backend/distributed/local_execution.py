@@ -29,8 +29,12 @@ call for that region only, so the answer stays eager DTensor's.
 The TP conversions around the graph (global_view.py, tp_conversions.py) move into it: a
 ``from_local`` input is taken as the local tensor it wraps, a ``to_local`` output is
 redistributed inside the graph and returned local, and in the backward their gradients
-are the local tensors autograd passes. A gradient that arrives as a DTensor with other
-placements than the trace assumed (``ones_like`` of each output) is redistributed first.
+are the local tensors autograd passes. The backward is traced at compile time with
+gradients placed like the forward's outputs (``ones_like``), and again on the first call
+whose gradients arrive with other placements (:class:`BackwardByGradPlacements`): DTensor's
+sharding propagation then picks what eager picks for those placements (on one GPU, a
+Replicate gradient of a Shard(0) output gave eager a Replicate weight gradient where the
+compile-time trace gave Partial(sum)).
 
 A random op between regions (dropout's ``rand_like``) on a DTensor is traced the same way
 as a region, as one opaque call (:class:`_RandomOp`) that runs the op through DTensor at
@@ -42,6 +46,7 @@ through DTensor.
 from __future__ import annotations
 
 import itertools
+import logging
 import warnings
 from typing import Callable
 
@@ -54,6 +59,9 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make
 from .dtensor import has_partial, without_partial
 from .dtensor_region import (GlobalViewRegion, _GlobalViewEntry, _fast_key, _replicated_like, fake_dtensor,
                              holds_zero)
+
+log = logging.getLogger("nvfuser_dtensor_backend")
+
 
 class NotLocal(Exception):
     """Why a global-view graph keeps running on DTensors."""
@@ -280,6 +288,53 @@ class LocalGraph:
         outs = self.gm(*locals_)
         return [DTensor(o, spec, requires_grad=False) if spec is not None and j not in self.local_outputs else o
                 for j, (o, spec) in enumerate(zip(outs, self.out_specs))]
+
+
+class BackwardByGradPlacements:
+    """A global-view backward as :class:`LocalGraph` s, one per placements of the gradients
+    it is called with (see the Note). ``args`` of a call: the ``n_saved`` saved values (local
+    tensors), then the gradients."""
+
+    def __init__(self, compiled: Callable, saved: list, n_saved: int, mode, grads: list, **lowering):
+        self.compiled, self.saved, self.n_saved, self.mode, self.lowering = compiled, saved, n_saved, mode, lowering
+        self.graphs: dict[tuple, LocalGraph] = {}
+        self.first = self._lower(grads)  # at compile time: a graph that cannot be lowered is found there
+
+    @staticmethod
+    def _key(grads) -> tuple:
+        return tuple((a.device_mesh, tuple(a.placements)) if isinstance(a, DTensor) else None for a in grads)
+
+    def _lower(self, grads: list) -> LocalGraph:
+        graph, _ = lower_to_local(self.compiled, self.saved + list(grads), **self.lowering)
+        self.graphs[self._key(grads)] = graph
+        return graph
+
+    def _fake(self, a):
+        """A dense fake of the gradient ``a`` (under ``self.mode``) with its static sizes: an
+        expanded gradient (of a sum) is made dense at run time (``LocalGraph``)."""
+        if isinstance(a, DTensor):
+            local = a._local_tensor
+            local = torch.empty(local.shape, dtype=local.dtype, device=local.device)
+            return DTensor.from_local(local, a.device_mesh, a.placements, run_check=False, shape=a.shape,
+                                      stride=torch.empty(a.shape, device="meta").stride())
+        return torch.empty(a.shape, dtype=a.dtype, device=a.device) if isinstance(a, torch.Tensor) else a
+
+    @property
+    def random_ops(self) -> list[str]:
+        return self.first.random_ops
+
+    def __call__(self, args: list) -> list:
+        grads = args[self.n_saved:]
+        graph = self.graphs.get(self._key(grads))
+        if graph is None:
+            with self.mode, implicit_replication():
+                fakes = [self._fake(a) for a in grads]
+            try:
+                graph = self._lower(fakes)
+            except NotLocal as e:  # the graph traced with the assumed placements still runs
+                log.warning("nvfuser_dtensor: the backward keeps the gradient placements it was traced with: %s", e)
+                graph = self.graphs[self._key(grads)] = self.first
+        return graph(args)
 
 
 def _is_random(node: fx.Node) -> bool:
