@@ -223,7 +223,9 @@ class CudaGraphs:
             except Exception as e:  # noqa: BLE001 - any failure of the capture machinery
                 if getattr(e, "_nvfuser_dtensor_graph_error", False):
                     raise  # the graph's own (an error, a warning turned into one): as without capture
-                self.failed = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                from .region import _first_line
+
+                self.failed = f"{type(e).__name__}: {_first_line(e)[:300]}"
                 log.warning("nvfuser_dtensor: CUDA graphs are off for this compiled graph from now on: its %s "
                             "raised in the cudagraph trees (%s); it runs as it is", kind, self.failed)
                 return plain(kept)

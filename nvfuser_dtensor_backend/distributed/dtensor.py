@@ -53,13 +53,17 @@ class PlacementDesc:
                 coded.append(("partial", p.reduce_op))
             else:
                 coded.append(("other", repr(p)))
-        return PlacementDesc(tuple(mesh.mesh.shape), tuple(int(d) for d in mesh.mesh.flatten().tolist()),
-                             tuple(coded))
+        return PlacementDesc(*mesh_layout(mesh), tuple(coded))
 
     @property
     def sharded_dims(self) -> dict[int, int]:
         """tensor dim -> mesh dim, for every Shard placement."""
         return {p[1]: k for k, p in enumerate(self.placements) if p[0] == "shard"}
+
+
+def mesh_layout(mesh) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shape, device ids in row-major order) of a DTensor DeviceMesh."""
+    return tuple(mesh.mesh.shape), tuple(int(d) for d in mesh.mesh.flatten().tolist())
 
 
 def has_partial(placements) -> bool:

@@ -25,6 +25,7 @@ from .dtensor import (
     PlacementDesc,
     has_partial,
     placement_reason,
+    mesh_layout,
     mesh_sourceless_tensors,
     placements_from_sharding,
     schedule_input,
@@ -93,8 +94,7 @@ class GlobalViewRegion(FusedRegion):
                 if target is not None:
                     schedule_input(tv, target)
                     self.scheduled_relayouts.append(str(tv))
-            self.scheduled_sourceless = mesh_sourceless_tensors(
-                fusion, tuple(mesh.mesh.shape), tuple(int(d) for d in mesh.mesh.flatten().tolist()))
+            self.scheduled_sourceless = mesh_sourceless_tensors(fusion, *mesh_layout(mesh))
 
         built = FUSION_CACHE.get_or_build(cache_key, lambda: self._build(descs, schedule))
         if not any(_local(a).is_cuda for a in args if isinstance(a, torch.Tensor)):

@@ -228,7 +228,7 @@ def _local_or_dtensor(compiled: list[Callable], fake_args: list, n_out: int, con
                 saved = outs[n_out:]
                 n_saved = len(saved)
                 backward = BackwardByGradPlacements(
-                    compiled[1], saved, n_saved, mode, grads,
+                    compiled[1], saved, mode, grads,
                     local_inputs=frozenset(range(n_saved)) | frozenset(n_saved + j for j in conv_out),
                     local_outputs=conv_in, out_placements=dict(conv.inputs))
                 result = [forward, backward]

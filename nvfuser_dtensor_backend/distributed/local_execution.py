@@ -52,6 +52,7 @@ from typing import Callable
 
 import torch
 from torch import fx
+from torch._prims_common import make_contiguous_strides_for
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.experimental import implicit_replication
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
@@ -292,11 +293,11 @@ class LocalGraph:
 
 class BackwardByGradPlacements:
     """A global-view backward as :class:`LocalGraph` s, one per placements of the gradients
-    it is called with (see the Note). ``args`` of a call: the ``n_saved`` saved values (local
-    tensors), then the gradients."""
+    it is called with (see the Note). ``args`` of a call: the saved values (local tensors,
+    as many as ``saved``, their fakes), then the gradients."""
 
-    def __init__(self, compiled: Callable, saved: list, n_saved: int, mode, grads: list, **lowering):
-        self.compiled, self.saved, self.n_saved, self.mode, self.lowering = compiled, saved, n_saved, mode, lowering
+    def __init__(self, compiled: Callable, saved: list, mode, grads: list, **lowering):
+        self.compiled, self.saved, self.mode, self.lowering = compiled, saved, mode, lowering
         self.graphs: dict[tuple, LocalGraph] = {}
         self.first = self._lower(grads)  # at compile time: a graph that cannot be lowered is found there
 
@@ -316,7 +317,7 @@ class BackwardByGradPlacements:
             local = a._local_tensor
             local = torch.empty(local.shape, dtype=local.dtype, device=local.device)
             return DTensor.from_local(local, a.device_mesh, a.placements, run_check=False, shape=a.shape,
-                                      stride=torch.empty(a.shape, device="meta").stride())
+                                      stride=make_contiguous_strides_for(a.shape))
         return torch.empty(a.shape, dtype=a.dtype, device=a.device) if isinstance(a, torch.Tensor) else a
 
     @property
@@ -324,7 +325,7 @@ class BackwardByGradPlacements:
         return self.first.random_ops
 
     def __call__(self, args: list) -> list:
-        grads = args[self.n_saved:]
+        grads = args[len(self.saved):]
         graph = self.graphs.get(self._key(grads))
         if graph is None:
             with self.mode, implicit_replication():
