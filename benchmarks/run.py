@@ -64,11 +64,17 @@ def environment(device: str, mesh) -> dict:
 
 
 def parse_backend(backend: str) -> tuple[str, dict | None]:
-    """``name[:opt[+opt...]]`` -> (name, {opt: True, ...} or None); ``no_opt`` sets it False, e.g.
+    """``name[:opt[+opt...]]`` -> (name, {opt: True, ...} or None); ``no_opt`` sets it False and
+    ``opt=value`` to a string, e.g.
     ``nvfuser_dtensor:global_view+fuse_matmul`` -> ("nvfuser_dtensor", {"global_view": True, "fuse_matmul": True}),
-    ``nvfuser_dtensor:no_cuda_graphs`` -> ("nvfuser_dtensor", {"cuda_graphs": False})."""
+    ``nvfuser_dtensor:no_cuda_graphs`` -> ("nvfuser_dtensor", {"cuda_graphs": False}),
+    ``nvfuser_dtensor:cuda_graphs=trees`` -> ("nvfuser_dtensor", {"cuda_graphs": "trees"})."""
     name, _, flags = backend.partition(":")
-    return name, {flag.removeprefix("no_"): not flag.startswith("no_") for flag in flags.split("+") if flag} or None
+    options = {}
+    for flag in filter(None, flags.split("+")):
+        key, eq, value = flag.partition("=")
+        options[key.removeprefix("no_")] = value if eq else not key.startswith("no_")
+    return name, options or None
 
 
 def compile_kwargs(name: str, options: dict | None) -> dict:

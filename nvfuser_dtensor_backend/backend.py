@@ -211,7 +211,7 @@ def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = N
         log.warning("nvfuser_dtensor: DTensor graph takes the local path (per-rank fusions, collectives run "
                     "by PyTorch): %s", reason)
 
-    graphs = (CudaGraphs(len(example_inputs), asked=opts.cuda_graphs is True)
+    graphs = (CudaGraphs(len(example_inputs), asked=opts.cuda_graphs is True, trees=opts.cuda_graphs == "trees")
               if wants_cuda_graphs(opts.cuda_graphs, example_inputs) else None)
 
     def compiler(kind):

@@ -1,5 +1,9 @@
 """``options.cuda_graphs``: the compiled forward and backward replayed as CUDA graphs.
 
+Which graphs are captured is decided here (``wants_cuda_graphs``, ``skip_reason``); how, by
+the backend's own runner (cuda_graph_runner.py, Note [CUDA graphs of our own]), the
+default, or with ``cuda_graphs="trees"`` by PyTorch's cudagraph trees, as below.
+
 Note [CUDA graphs through cudagraph trees]
 Most of a compiled step's time on the GPU is host time (dynamo guards, AOTAutograd's
 wrappers, one Python call and one nvFuser ``execute`` per region); a CUDA graph replays all
@@ -51,7 +55,7 @@ from torch import fx
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
-CHOICES = (True, False, "auto")
+CHOICES = (True, False, "auto", "trees")
 
 
 def _symbolic(inputs) -> bool:
@@ -133,19 +137,36 @@ class CudaGraphs:
     dynamo's ``"cudagraphs"`` backend).
     """
 
-    def __init__(self, num_dynamo_inputs: int, asked: bool = True):
+    def __init__(self, num_dynamo_inputs: int, asked: bool = True, trees: bool = False):
         self.num_dynamo_inputs = num_dynamo_inputs
         self.log_level = logging.WARNING if asked else logging.INFO  # asked: options.cuda_graphs=True
+        self.trees = trees  # options.cuda_graphs="trees": through cudagraph trees, not our runner
         self.captured = True
-        self.failed: str | None = None  # why the cudagraph trees raised (_falling_back)
+        self.failed: str | None = None  # why capture failed (_falling_back, _fail)
         self.device_index: int | None = None
+        self._capture = None  # our runner's Capture, one memory pool for forward and backward
+
+    def _fail(self, why: str) -> None:
+        """Our runner's capture failed: this graph and its partner run uncaptured from now on."""
+        if self.failed is None:
+            self.failed = why
+            log.warning("nvfuser_dtensor: CUDA graphs are off for this compiled graph from now on: %s; "
+                        "it runs as it is", why)
+
+    def _runner(self, kind: str, compiled: Callable, static: list[int], escaping: int | None) -> Callable:
+        from .cuda_graph_runner import GraphRunner
+
+        if self._capture is None:
+            self._capture = capture_class(self.device_index or 0)
+        return GraphRunner(kind, compiled, static, escaping, self._capture, self._fail,
+                           lambda: self.failed is not None)
 
     def _device_index(self, gm: fx.GraphModule) -> int:
         for node in gm.graph.nodes:
             val = node.meta.get("val")
             if isinstance(val, torch.Tensor) and val.device.type == "cuda":
                 return val.device.index or 0
-        return torch.cuda.current_device()
+        return torch.cuda.current_device() if torch.cuda.is_available() else 0
 
     def plan(self, kind: str, gm: fx.GraphModule, inputs: list) -> Callable[[Callable], Callable]:
         """Read what capture needs from the aten graph ``gm`` (before partitioning rewrites
@@ -171,11 +192,18 @@ class CudaGraphs:
             if kind != "backward":
                 self.captured = False
                 return lambda compiled: compiled
-            return self._uncaptured_backward
+            return self._uncaptured_backward if self.trees else (lambda compiled: compiled)
         self.device_index = self._device_index(gm)
+        escaping = _escaping_outputs(kind)
+        if not self.trees:
+            def ours(compiled: Callable) -> Callable:
+                log.info("nvfuser_dtensor: the %s graph replays as a CUDA graph (%d static inputs of %d)",
+                         kind, len(static), len(inputs))
+                return self._runner(kind, compiled, static, escaping)
+
+            return ours
         recorded = dict(stack_traces=get_stack_traces(gm), placeholders=get_placeholder_info(gm.graph),
                         mutated_input_idxs=find_input_mutations(gm.graph))
-        escaping = _escaping_outputs(kind)
 
         def wrap(compiled: Callable) -> Callable:
             from torch._inductor.cudagraph_trees import cudagraphify_impl
@@ -234,8 +262,19 @@ class CudaGraphs:
         return run
 
 
+def _cuda_capture(device_index: int):
+    from .cuda_graph_runner import CudaCapture
+
+    return CudaCapture(device_index)
+
+
+capture_class: Callable[[int], Any] = _cuda_capture  # tests on the CPU put a replay-by-rerun capture here
+
+
 def wants_cuda_graphs(option: Any, example_inputs) -> bool:
     """Whether ``options.cuda_graphs`` asks for capture of this dynamo graph (see the Note)."""
+    if option in ("auto", "trees"):
+        option = "auto"
     if option != "auto":  # True or False, as validated by Options
         return bool(option)
     from torch.distributed.tensor import DTensor

@@ -502,8 +502,13 @@ class Evaluator:
     def __call__(self, inputs) -> list[torch.Tensor]:
         device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), torch.device("cpu"))
         fake = _FakeFusion(inputs, device)
-        with torch.no_grad():
-            self._fn(fake)
+        try:
+            with torch.no_grad():
+                self._fn(fake)
+        finally:
+            # fd and fd.ops refer to each other: without this the inputs would live on
+            # until the next garbage collection (which CUDA-graph liveness checks would see)
+            fake._inputs = fake.ops = None
         # Outputs that the definition lays out (stride_order) keep that layout; nvFuser's
         # own choice for the others is not modelled here, they come back row-major.
         return [t if getattr(t, "_nvfuser_layout", False) or not t.dim() or t.is_contiguous() else t.contiguous()

@@ -45,13 +45,14 @@ class Options:
             region output's strides are compared with the ones aten recorded, on every
             call; a mismatch raises ``LayoutContractError``. Also set by the environment
             variable ``NVFUSER_DTENSOR_CHECK_LAYOUTS=1`` (the test suite sets it).
-        cuda_graphs: replay the compiled forward and backward as CUDA graphs through
-            PyTorch's cudagraph trees (cuda_graphs.py, Note [CUDA graphs through cudagraph
-            trees]), with every output that reaches the user copied out of the graph's
-            memory, so no value a user holds changes in a later replay: ``"auto"`` (default:
-            dynamo graphs whose tensor inputs are all on CUDA with static shapes, no
-            DTensor), ``True`` (any graph) or ``False``. Graphs that cannot be captured
-            (input mutations, host syncs, dynamic shapes) run as they are, with one log line.
+        cuda_graphs: replay the compiled forward and backward as CUDA graphs with the
+            backend's own runner (cuda_graph_runner.py, Note [CUDA graphs of our own]): no
+            value a user holds changes in a later replay. ``"auto"`` (default: dynamo graphs
+            whose tensor inputs are all on CUDA with static shapes, no DTensor), ``True``
+            (any graph), ``False``, or ``"trees"`` (what ``"auto"`` captures, through
+            PyTorch's cudagraph trees instead, Note [CUDA graphs through cudagraph trees]).
+            Graphs that cannot be captured (input mutations, host syncs, dynamic shapes) run
+            as they are, with one log line.
         pad_matmuls: bf16/fp16 ``mm``/``addmm`` with a dim that is not a multiple of 8 (a
             vocabulary of 50257) run on zero-padded operands, so cuBLAS uses its aligned
             kernels (pad_matmul.py, Note [Padded matmuls]): ``"auto"`` (default: on CUDA,
@@ -102,8 +103,8 @@ class Options:
         for name in ("check_layouts", "verify", "dtensor_runtime"):
             if not isinstance(getattr(opts, name), bool):
                 raise OptionsError(f"{name} must be a bool, got {getattr(opts, name)!r}")
-        if opts.cuda_graphs not in (True, False, "auto"):
-            raise OptionsError(f"cuda_graphs must be True, False or 'auto', got {opts.cuda_graphs!r}")
+        if opts.cuda_graphs not in (True, False, "auto", "trees"):
+            raise OptionsError(f"cuda_graphs must be True, False, 'auto' or 'trees', got {opts.cuda_graphs!r}")
         if opts.pad_matmuls not in (True, False, "auto"):
             raise OptionsError(f"pad_matmuls must be True, False or 'auto', got {opts.pad_matmuls!r}")
         if opts.global_view not in (True, False, "auto"):

@@ -98,4 +98,5 @@ def test_backend_names_carry_boolean_options():
     assert run.parse_backend("nvfuser_dtensor:global_view+fuse_matmul") == (
         "nvfuser_dtensor", {"global_view": True, "fuse_matmul": True})
     assert run.parse_backend("nvfuser_dtensor:no_cuda_graphs") == ("nvfuser_dtensor", {"cuda_graphs": False})
+    assert run.parse_backend("nvfuser_dtensor:cuda_graphs=trees") == ("nvfuser_dtensor", {"cuda_graphs": "trees"})
     assert run.compile_kwargs("inductor", {"reduce-overhead": True})["mode"] == "reduce-overhead"

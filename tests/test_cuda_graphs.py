@@ -17,6 +17,7 @@ gpu = pytest.mark.gpu
 def test_option_is_checked():
     assert Options.from_dict({}).cuda_graphs == "auto"
     assert Options.from_dict({"cuda_graphs": True}).cuda_graphs is True
+    assert Options.from_dict({"cuda_graphs": "trees"}).cuda_graphs == "trees"
     with pytest.raises(OptionsError, match="cuda_graphs must be"):
         Options.from_dict({"cuda_graphs": "yes"})
 

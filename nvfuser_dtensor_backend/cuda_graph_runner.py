@@ -1,0 +1,284 @@
+"""The backend's own CUDA-graph runner (``options.cuda_graphs``; see cuda_graphs.py).
+
+Note [CUDA graphs of our own]
+One ``GraphRunner`` wraps one compiled forward, backward or inference function. A call is
+a few C calls and a replay, with no Python bookkeeping per input (cudagraph trees, the
+other choice, spend 30-60 us per call on theirs):
+- **The key.** Inputs used in place (parameters and buffers of the forward, the values the
+  backward gets from its forward) are compared, address by address, with those the graph
+  was recorded on, in one call (``torch._C._tensors_data_ptrs_at_indices_equal``). The
+  other tensor inputs are copied into the graph's own buffers. A new set of addresses
+  (the same compiled block called for another layer, a parameter replaced) gets its own
+  recording, after one warm-up call on those inputs (nvFuser compiles its kernels on a
+  region's first call, which must not happen under capture).
+- **Outputs a user keeps are never overwritten.** The forward's outputs that reach the user
+  (AOTAutograd's ``num_forward_returns``) and every output of an inference graph are copied
+  out of the graph's memory after the replay (a loss kept in a list, logits kept for a
+  metric). The rest are handed out as they are and watched: the activations the forward
+  saves for its backward, and the backward's gradients (registered as cached tensors, so
+  that autograd's AccumulateGrad takes them into ``.grad`` without a copy, as it does in
+  eager mode). Before a replay, the watched outputs of the last replay must be dead (no
+  reference beyond the runner's own: Python, tensor and storage use counts); if one is
+  alive (two forwards before a backward, ``retain_graph=True``, a ``.grad`` kept by
+  ``zero_grad(set_to_none=False)``, gradients from ``torch.autograd.grad`` kept by the user),
+  another recording of the same graph is used or made, up to ``MAX_GRAPHS``, and past that
+  the call runs uncaptured.
+- Outputs that alias an input: a forward's view of a parameter is handed out as it is (it
+  is the parameter's memory); a gradient that is an input (a tangent passed through, a
+  saved value) is copied out; a forward output that aliases a copied input stops capture
+  of that graph (AOTAutograd rebuilds such views from the real input).
+- Forward and backward record into one memory pool. Every graph's outputs stay referenced
+  by its runner, so no recording ever places its memory over another graph's outputs.
+- Random ops (in PyTorch regions) draw new numbers on each replay: the CUDA generator
+  registers its seed and offset with each captured graph.
+- A failure of the capture machinery (a warm-up, a recording) turns capture off for that
+  runner and its partner, with one warning, and the call is rerun uncaptured; an error of
+  the graph itself propagates as it would without capture.
+
+The recording itself is a ``Capture``: ``CudaCapture`` on the GPU; tests on the CPU use a
+capture that replays by running the function again and copying into the same output
+tensors, which keeps every rule above (fixed memory, overwritten in place) checkable there.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, Callable
+
+import torch
+
+log = logging.getLogger("nvfuser_dtensor_backend")
+
+MAX_GRAPHS = 4  # recordings per compiled graph (new addresses, or outputs still alive)
+_MAX_WARMING = 64  # input address sets remembered between their warm-up and recording
+
+
+class GraphError(Exception):
+    """Marks an exception raised by the compiled graph itself (not by capture)."""
+
+
+def _own_errors(compiled: Callable) -> Callable:
+    def run(args: list) -> Any:
+        try:
+            return compiled(args)
+        except Exception as e:
+            e._nvfuser_dtensor_graph_error = True
+            raise
+
+    return run
+
+
+class CudaCapture:
+    """Records a function into a CUDA graph in a memory pool shared by a forward and its
+    backward; ``record`` returns the replay function and the graph's output tensors
+    (filled by the first replay)."""
+
+    def __init__(self, device_index: int):
+        self.device_index = device_index
+        self.pool = torch.cuda.graph_pool_handle()
+        self.stream = torch.cuda.Stream(device=device_index)
+
+    def record(self, fn: Callable, inputs: list) -> tuple[Callable[[], None], list]:
+        from torch._dynamo.utils import preserve_rng_state
+        from torch._inductor.cudagraph_trees import clear_cublas_manager
+
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize(self.device_index)
+        with (preserve_rng_state(), torch.cuda.device(self.device_index), clear_cublas_manager(),
+              torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local")):
+            outputs = fn(list(inputs))  # fn empties the list it is handed
+        return graph.replay, list(outputs)
+
+
+def _counts(t: torch.Tensor, cdata: int) -> tuple[int, int, int]:
+    """Who holds ``t``: Python references, TensorImpl references, storage references."""
+    return sys.getrefcount(t), t._use_count(), torch._C._storage_Use_Count(cdata)
+
+
+class _Recording:
+    """One recorded graph: its input buffers, its outputs and how each is handed out."""
+
+    __slots__ = ("replay", "copies", "outputs", "cloned", "rebuilt", "watched", "alone", "cached", "__weakref__")
+
+    def __init__(self, replay, copies, outputs, cloned, rebuilt, watched):
+        self.replay = replay
+        self.copies = copies  # [(input index, buffer)]
+        self.outputs = outputs  # the graph's output values
+        self.cloned = cloned  # output indices copied out with Tensor.clone
+        self.rebuilt = rebuilt  # [[indices sharing one storage]] copied out storage and all
+        self.watched = watched  # [(output handed out as it is, its storage's cdata)]
+        self.alone: list = []  # their holders when only the runner holds them (set_alone)
+        self.cached: list = []  # outputs registered as cached tensors, until this recording dies
+
+    def __del__(self) -> None:
+        for t in self.cached:
+            torch._C._remove_cached_tensor(t)
+
+    def set_alone(self) -> None:
+        """Called where no local variable of the recording refers to an output."""
+        self.alone = self._holders()
+
+    def _holders(self) -> list:
+        return [_counts(t, cdata) for t, cdata in self.watched]
+
+    def free(self) -> bool:
+        """Whether no output handed out as it is by the last replay is still referenced."""
+        return not self.watched or self._holders() == self.alone
+
+
+def _storage_key(t: torch.Tensor) -> tuple[int, int]:
+    return t.untyped_storage().data_ptr(), t.device.index or 0
+
+
+def _plain_copy(t: torch.Tensor) -> bool:
+    """Whether ``t.clone()`` copies ``t`` with its strides, offset and storage extent."""
+    from torch._prims_common import is_non_overlapping_and_dense
+
+    return (t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+            and is_non_overlapping_and_dense(t))
+
+
+def _copy_storage(outs: list, indices: list[int]) -> None:
+    """Copies the outputs at ``indices`` (views of one storage) into one new storage."""
+    storage = outs[indices[0]].untyped_storage()
+    fresh = torch.empty(storage.nbytes(), dtype=torch.uint8, device=storage.device)
+    fresh.copy_(torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage))
+    for i in indices:
+        o = outs[i]
+        outs[i] = torch.empty(0, dtype=o.dtype, device=o.device).set_(
+            fresh.untyped_storage(), o.storage_offset(), o.size(), o.stride())
+
+
+class GraphRunner:
+    """Replays one compiled (boxed) function as CUDA graphs (Note [CUDA graphs of our own]).
+
+    ``static``: indices of inputs used in place; ``escaping``: how many leading outputs reach
+    the user (None: all); ``kind``: "forward", "backward" or "inference"."""
+
+    def __init__(self, kind: str, compiled: Callable, static: list[int], escaping: int | None,
+                 capture, on_failure: Callable[[str], None], is_off: Callable[[], bool]):
+        self.kind = kind
+        self.compiled = compiled
+        self.static = list(static)
+        self.escaping = escaping
+        self.capture = capture
+        self.on_failure = on_failure  # turns capture off for this runner and its partner
+        self.is_off = is_off
+        self.recordings: dict[tuple, list[_Recording]] = {}
+        self.warmed: set[tuple] = set()
+        self.last: _Recording | None = None
+        self.last_ptrs: list[int] = []
+        self.count = 0
+        self.full_logged = False
+        self._boxed_call = True
+
+    def __call__(self, args: list) -> Any:
+        last = self.last
+        if (last is not None and torch._C._tensors_data_ptrs_at_indices_equal(args, self.last_ptrs, self.static)
+                and last.free()):
+            return self._replay(last, args)
+        return self._slow(args)
+
+    def _replay(self, rec: _Recording, args: list) -> list:
+        for i, buffer in rec.copies:
+            buffer.copy_(args[i])
+        rec.replay()
+        args.clear()  # after the replay is queued: the inputs read in place are alive till then
+        outs = list(rec.outputs)
+        for i in rec.cloned:
+            outs[i] = outs[i].clone()
+        for group in rec.rebuilt:
+            _copy_storage(outs, group)
+        return outs
+
+    def _slow(self, args: list) -> Any:
+        if self.is_off():
+            return self.compiled(args)
+        key = tuple(args[i].data_ptr() for i in self.static)
+        for rec in self.recordings.get(key, ()):
+            if rec.free():
+                self.last, self.last_ptrs = rec, list(key)
+                return self._replay(rec, args)
+        if key not in self.warmed and key not in self.recordings:
+            if len(self.warmed) >= _MAX_WARMING:
+                self.warmed.clear()
+            self.warmed.add(key)
+            return self.compiled(args)  # the warm-up: nvFuser compiles its kernels here
+        if self.count >= MAX_GRAPHS:
+            if not self.full_logged:
+                self.full_logged = True
+                log.info("nvfuser_dtensor: the %s graph has %d CUDA graphs recorded, none free for these inputs; "
+                         "calls like this one run uncaptured", self.kind, self.count)
+            return self.compiled(args)
+        kept = list(args)
+        try:
+            rec = self._record(args)
+        except Exception as e:  # noqa: BLE001 - any failure of the capture machinery
+            if getattr(e, "_nvfuser_dtensor_graph_error", False):
+                raise
+            from .region import _first_line
+
+            self.on_failure(f"recording the {self.kind} raised {type(e).__name__}: {_first_line(e)[:300]}")
+            return self.compiled(kept)
+        if rec is None:  # not capturable after all (said once)
+            return self.compiled(kept)
+        rec.set_alone()
+        self.warmed.discard(key)
+        self.recordings.setdefault(key, []).append(rec)
+        self.count += 1
+        self.last, self.last_ptrs = rec, list(key)
+        log.info("nvfuser_dtensor: the %s graph is recorded as CUDA graph %d (%d inputs in place, %d copied)",
+                 self.kind, self.count, len(self.static), len(rec.copies))
+        return self._replay(rec, kept)
+
+    def _record(self, args: list) -> _Recording | None:
+        static = set(self.static)
+        copies, inputs = [], list(args)
+        for i, a in enumerate(args):
+            if i not in static and isinstance(a, torch.Tensor):
+                buffer = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
+                buffer.copy_(a)
+                copies.append((i, buffer))
+                inputs[i] = buffer
+        args.clear()
+        replay, outputs = self.capture.record(_own_errors(self.compiled), inputs)
+        static_storages = {_storage_key(inputs[i]) for i in self.static if isinstance(inputs[i], torch.Tensor)}
+        copied_storages = {_storage_key(b) for _, b in copies}
+        # a backward's gradients are watched, not copied (AccumulateGrad takes them)
+        escaping = 0 if self.kind == "backward" else len(outputs) if self.escaping is None else self.escaping
+        cloned, by_storage, watched_idx = [], {}, []
+        for i, o in enumerate(outputs):
+            if not isinstance(o, torch.Tensor):
+                continue
+            if o.untyped_storage().nbytes() == 0:
+                cloned.append(i)  # nothing to alias or keep
+                continue
+            where = _storage_key(o)
+            if self.kind == "backward" and (where in static_storages or where in copied_storages):
+                by_storage.setdefault(where, []).append(i)  # an input passed through: copied out
+            elif where in static_storages:
+                continue  # a view of a parameter: its own memory, handed out as it is
+            elif i >= escaping:  # saved for the backward (a copied input too): the graph's own
+                watched_idx.append(i)
+            elif where in copied_storages:
+                self.on_failure(f"output {i} of the {self.kind} aliases a copied input")
+                return None
+            else:
+                by_storage.setdefault(where, []).append(i)
+        rebuilt = []
+        for group in by_storage.values():
+            shared = sum(1 for j, o in enumerate(outputs) if isinstance(o, torch.Tensor)
+                         and _storage_key(o) == _storage_key(outputs[group[0]]))
+            if len(group) == 1 and shared == 1 and _plain_copy(outputs[group[0]]):
+                cloned.append(group[0])
+            else:
+                rebuilt.append(group)
+        watched = [(outputs[i], outputs[i].untyped_storage()._cdata) for i in watched_idx]
+        rec = _Recording(replay, copies, outputs, cloned, rebuilt, watched)
+        if self.kind == "backward":  # so that AccumulateGrad takes gradients into .grad without a copy
+            torch._C._set_cached_tensors_enabled(True)
+            rec.cached = [outputs[i] for i in watched_idx]
+            for t in rec.cached:
+                torch._C._add_cached_tensor(t)
+        return rec

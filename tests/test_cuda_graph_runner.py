@@ -1,0 +1,285 @@
+"""The backend's own CUDA-graph runner (cuda_graph_runner.py, Note [CUDA graphs of our own]).
+
+On the CPU the recording is a ``ReplayByRerun``: a replay runs the function again and copies
+its results into the same output tensors, so outputs live at fixed addresses and are
+overwritten in place, as a CUDA graph's are. The same rules run on the GPU in
+tests/test_cuda_graphs.py.
+"""
+
+import copy
+import logging
+
+import pytest
+import torch
+
+from nvfuser_dtensor_backend import cuda_graphs
+from nvfuser_dtensor_backend.cuda_graph_runner import MAX_GRAPHS, GraphRunner
+
+from helpers import compile_fn
+
+
+def _on_memory_of(t):
+    """A tensor on ``t``'s memory that does not keep it alive, as a CUDA graph reads its inputs."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    s = t.untyped_storage()
+    memory = torch._C._construct_storage_from_data_pointer(s.data_ptr(), t.device, s.nbytes())
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(memory, t.storage_offset(), t.size(), t.stride())
+
+
+class ReplayByRerun:
+    records = 0
+
+    def __init__(self, device_index: int):
+        pass
+
+    def record(self, fn, inputs):
+        ReplayByRerun.records += 1
+        memory = [_on_memory_of(t) for t in inputs]
+        outputs = list(fn(list(inputs)))
+
+        read = {t.untyped_storage().data_ptr() for t in memory if isinstance(t, torch.Tensor)}
+        written = [i for i, o in enumerate(outputs)  # the graph's own memory, not an input's
+                   if isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() not in read]
+
+        def replay():
+            new = fn(list(memory))
+            for i in written:
+                outputs[i].copy_(new[i])
+
+        return replay, outputs
+
+
+class Failing:
+    def __init__(self, device_index: int):
+        pass
+
+    def record(self, fn, inputs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+
+def _runner(fn, kind="forward", static=(0,), escaping=1, capture=ReplayByRerun):
+    failures = []
+    runner = GraphRunner(kind, fn, list(static), escaping, capture(0), failures.append, lambda: bool(failures))
+    return runner, failures
+
+
+def _counting(fn):
+    calls = []
+
+    def run(args):
+        calls.append(len(args))
+        mine = list(args)
+        args.clear()
+        return fn(*mine)
+
+    return run, calls
+
+
+def test_warm_up_record_then_replay_in_place():
+    f, calls = _counting(lambda w, x: [x * w, (x + w).exp()])
+    runner, failures = _runner(f)
+    w = torch.randn(4)
+    for step in range(4):
+        x = torch.randn(4)
+        args = [w, x]
+        user, saved = runner(args)
+        assert args == []  # consumed, as AOTAutograd's boxed functions do
+        torch.testing.assert_close(user, x * w)
+        torch.testing.assert_close(saved, (x + w).exp())
+        if step == 1:
+            recorded = saved.data_ptr()
+        if step >= 1:
+            assert saved.data_ptr() == recorded  # the graph's own memory
+        del saved  # dead before the next call: the recording is free
+    assert runner.count == 1 and not failures
+    assert len(calls) == 1 + 1 + 1 + 2  # warm-up, recording + its first replay, two replays
+
+
+def test_outputs_that_reach_the_user_are_copies_and_keep_their_values():
+    runner, _ = _runner(lambda a: [a[1] * 2], static=(0,), escaping=1)
+    w = torch.randn(3)
+    kept = [runner([w, torch.full((3,), float(i))])[0] for i in range(5)]
+    assert [k[0].item() for k in kept] == [0, 2, 4, 6, 8]
+
+
+def test_a_live_saved_output_makes_another_recording_never_an_overwrite():
+    f, _ = _counting(lambda w, x: [x.sum(), x * w])
+    runner, _ = _runner(f)
+    w = torch.randn(5)
+    runner([w, torch.randn(5)])  # warm-up
+    xs = [torch.randn(5) for _ in range(MAX_GRAPHS + 2)]
+    held = [runner([w, x])[1] for x in xs]  # every saved output still alive (no backward yet)
+    for x, s in zip(xs, held):
+        torch.testing.assert_close(s, x * w)
+    assert runner.count == MAX_GRAPHS  # then calls run uncaptured
+    del held
+    x = torch.randn(5)
+    torch.testing.assert_close(runner([w, x])[1], x * w)  # all free again: a replay
+    assert runner.count == MAX_GRAPHS
+
+
+def test_new_addresses_of_inputs_used_in_place_get_their_own_recording():
+    f, calls = _counting(lambda w, x: [x * w])
+    runner, _ = _runner(f)
+    layers = [torch.randn(3), torch.randn(3)]  # one compiled block, two layers' weights
+    for _ in range(3):
+        for w in layers:
+            x = torch.randn(3)
+            torch.testing.assert_close(runner([w, x])[0], x * w)
+    assert runner.count == 2 and len(runner.recordings) == 2
+
+
+def test_gradients_are_watched_and_inputs_passed_through_are_copied():
+    # a backward: saved value (in place), tangent (copied); returns a fresh gradient and
+    # the tangent itself (d(x + y)/dy)
+    runner, _ = _runner(lambda a: [a[0] * a[1], a[1]], kind="backward", static=(0,), escaping=None)
+    saved = torch.randn(4)
+    for _ in range(2):
+        runner([saved, torch.randn(4)])
+    rec = runner.last
+    assert rec.cloned == [1] and [t for t, _ in rec.watched] == [rec.outputs[0]]
+    g = torch.randn(4)
+    grad, passed = runner([saved, g])
+    assert grad is rec.outputs[0] and passed is not rec.outputs[1]
+    kept = grad  # a gradient the user keeps (torch.autograd.grad)
+    g2 = torch.randn(4)
+    grad2, _ = runner([saved, g2])
+    torch.testing.assert_close(kept, saved * g)  # not overwritten: another recording
+    torch.testing.assert_close(grad2, saved * g2)
+    assert runner.count == 2
+
+
+def test_a_failed_recording_turns_capture_off_and_reruns(caplog):
+    f, calls = _counting(lambda x: [x + 1])
+    runner, failures = _runner(f, static=(), capture=Failing)
+    for i in range(3):
+        torch.testing.assert_close(runner([torch.full((2,), float(i))])[0], torch.full((2,), i + 1.0))
+    assert len(failures) == 1 and "not permitted" in failures[0]
+
+
+def test_an_error_of_the_graph_itself_propagates():
+    def broken(args):
+        args.clear()
+        raise ValueError("the graph's own")
+
+    runner, failures = _runner(broken, static=())
+    for _ in range(2):
+        with pytest.raises(ValueError, match="own"):
+            runner([torch.randn(2)])
+    assert not failures
+
+
+def test_a_forward_output_aliasing_a_copied_input_is_not_captured():
+    runner, failures = _runner(lambda a: [a[1].view(2, 2)], static=(0,))
+    w = torch.randn(1)
+    for _ in range(3):
+        x = torch.randn(4)
+        torch.testing.assert_close(runner([w, x])[0], x.view(2, 2))
+    assert failures and "aliases a copied input" in failures[0]
+
+
+def test_views_of_one_storage_are_copied_out_together():
+    def two_views(args):
+        w, x = args
+        args.clear()
+        base = x * w
+        return [base, base[1:]]
+
+    runner, _ = _runner(two_views, escaping=2)
+    w = torch.randn(6)
+    for _ in range(3):
+        x = torch.randn(6)
+        base, tail = runner([w, x])
+    assert runner.last.rebuilt == [[0, 1]]
+    assert tail.untyped_storage().data_ptr() == base.untyped_storage().data_ptr() and tail.storage_offset() == 1
+    torch.testing.assert_close(tail, (x * w)[1:])
+
+
+# --- through the backend, on the CPU --------------------------------------------------------
+
+
+@pytest.fixture
+def captured_on_cpu(monkeypatch):
+    """The backend's capture decisions and runner, with ``ReplayByRerun`` for the GPU."""
+    monkeypatch.setattr(cuda_graphs, "capture_class", ReplayByRerun)
+    monkeypatch.setattr(cuda_graphs, "skip_reason", lambda gm, inputs, static: None)
+    ReplayByRerun.records = 0
+    return ReplayByRerun
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                               torch.nn.Linear(32, 4))
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_training_steps_match_eager_and_keep_losses(captured_on_cpu, set_to_none, caplog):
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
+    compiled = compile_fn(model, cuda_graphs=True)
+    losses, ref_losses = [], []
+    with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
+        for step in range(5):
+            for micro in range(2):  # two backwards accumulate into .grad
+                x = torch.randn(8, 16)
+                loss = compiled(x).square().mean()
+                loss.backward()
+                ref_loss = ref(x).square().mean()
+                ref_loss.backward()
+                losses.append(loss)
+                ref_losses.append(ref_loss)
+            for p, q in zip(model.parameters(), ref.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+            for o in (opt, ref_opt):
+                o.step()
+                o.zero_grad(set_to_none=set_to_none)
+    torch.testing.assert_close(torch.stack(losses), torch.stack(ref_losses), rtol=1e-5, atol=1e-6)
+    recorded = [r.getMessage() for r in caplog.records if "is recorded as CUDA graph" in r.getMessage()]
+    # the forward once; the backward once, or twice where .grad is set to None: then the first
+    # micro-batch's gradients go into .grad (the first recording's memory), so the second
+    # micro-batch needs another recording
+    assert len(recorded) == (3 if set_to_none else 2), recorded
+
+
+def test_gradients_go_into_grad_without_a_copy(captured_on_cpu):
+    model = _mlp()
+    compiled = compile_fn(model, cuda_graphs=True)
+    for _ in range(3):
+        compiled(torch.randn(8, 16)).sum().backward()
+        grads = [p.grad.data_ptr() for p in model.parameters()]
+        model.zero_grad(set_to_none=True)
+    compiled(torch.randn(8, 16)).sum().backward()
+    assert [p.grad.data_ptr() for p in model.parameters()] == grads  # the graph's memory, again
+
+
+def test_two_forwards_before_a_backward_and_retain_graph(captured_on_cpu):
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    compiled = compile_fn(model, cuda_graphs=True)
+    for step in range(4):
+        x1, x2, x3 = torch.randn(8, 16), torch.randn(8, 16), torch.randn(8, 16)
+        for m in (compiled, ref):
+            loss = m(x1).square().mean() - m(x2).abs().mean()  # a siamese step: two forwards
+            loss.backward(retain_graph=True)
+            m(x3).sum().backward()  # a forward while the first graph is retained
+            loss.backward()  # the retained graph's saved activations must be intact
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+            p.grad = q.grad = None
+
+
+def test_kept_autograd_grad_results_are_not_overwritten(captured_on_cpu):
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    compiled = compile_fn(model, cuda_graphs=True)
+    kept, expected = [], []
+    for _ in range(4):
+        x = torch.randn(8, 16)
+        kept.append(torch.autograd.grad(compiled(x).sum(), list(model.parameters())))
+        expected.append(torch.autograd.grad(ref(x).sum(), list(ref.parameters())))
+    for got, want in zip(kept, expected):
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
