@@ -150,6 +150,7 @@ def _measure_compiled(a, zm, batch, backend: str, train: bool, ref, fp64_cache: 
         import nvfuser_dtensor_backend as nb
 
         nb.clear_cache()  # first_call_s includes building every definition, also for a second variant
+        nb.cuda_graph_stats(clear=True)
         if a.dump_dir:
             folder = Path(a.dump_dir) / zm.name / ("train" if train else "infer") / backend.replace(":", "-")
             options = dict(options or {}, dump_dir=str(folder))
@@ -164,6 +165,7 @@ def _measure_compiled(a, zm, batch, backend: str, train: bool, ref, fp64_cache: 
                    dropout_happened=res["dropout_happened"])
     if name == NVF:
         row.update(_nvf_stats(res["fallbacks"] + zoo_check.fallback_warnings(caught)))
+        row["cuda_graphs"] = nb.cuda_graph_stats()  # recordings and uncaptured calls of the whole run
     if "fp64" in res:  # outside the tolerances from eager: judged against float64 (zoo_check)
         f = res["fp64"]
         row.update(fp64_loss_err=f["loss_err"], fp64_grad_err=f["grad_err"], eager_fp64_loss_err=f["eager_loss_err"],

@@ -18,6 +18,7 @@ __all__ = [
     "cache_info",
     "clear_cache",
     "clear_reports",
+    "cuda_graph_stats",
     "nvfuser_available",
     "nvfuser_dtensor",
     "reports",
@@ -42,6 +43,17 @@ def clear_reports() -> None:
     from .backend import clear_reports as _clear
 
     _clear()
+
+
+def cuda_graph_stats(clear: bool = False) -> dict:
+    """Process-wide counts of our CUDA-graph runner: graphs recorded, calls that ran uncaptured
+    (warm-ups, no recording free, capture off) and failed recordings; ``clear`` resets them."""
+    from .cuda_graph_runner import STATS
+
+    counts = dict(STATS)
+    if clear:
+        STATS.update(dict.fromkeys(STATS, 0))
+    return counts
 
 
 def cache_info() -> dict:

@@ -53,6 +53,10 @@ log = logging.getLogger("nvfuser_dtensor_backend")
 MAX_GRAPHS = 4  # recordings per compiled graph (new addresses, or outputs still alive)
 _MAX_WARMING = 64  # input address sets remembered between their warm-up and recording
 
+# Process-wide counts of the slow path (``nvfuser_dtensor_backend.cuda_graph_stats()``):
+# recordings, calls run uncaptured (warm-ups, past MAX_GRAPHS, capture off), failures.
+STATS = {"recorded": 0, "uncaptured_calls": 0, "failures": 0}
+
 
 class GraphError(Exception):
     """Marks an exception raised by the compiled graph itself (not by capture)."""
@@ -131,12 +135,21 @@ def _storage_key(t: torch.Tensor) -> tuple[int, int]:
     return t.untyped_storage().data_ptr(), t.device.index or 0
 
 
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: its elements fill its extent exactly, in any dim order."""
+    if t.is_contiguous():
+        return True
+    expected = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def _plain_copy(t: torch.Tensor) -> bool:
     """Whether ``t.clone()`` copies ``t`` with its strides, offset and storage extent."""
-    from torch._prims_common import is_non_overlapping_and_dense
-
-    return (t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size()
-            and is_non_overlapping_and_dense(t))
+    return t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size() and _dense(t)
 
 
 def _copy_storage(outs: list, indices: list[int]) -> None:
@@ -194,6 +207,7 @@ class GraphRunner:
 
     def _slow(self, args: list) -> Any:
         if self.is_off():
+            STATS["uncaptured_calls"] += 1
             return self.compiled(args)
         key = tuple(args[i].data_ptr() for i in self.static)
         for rec in self.recordings.get(key, ()):
@@ -204,11 +218,13 @@ class GraphRunner:
             if len(self.warmed) >= _MAX_WARMING:
                 self.warmed.clear()
             self.warmed.add(key)
+            STATS["uncaptured_calls"] += 1
             return self.compiled(args)  # the warm-up: nvFuser compiles its kernels here
         if self.count >= MAX_GRAPHS:
+            STATS["uncaptured_calls"] += 1
             if not self.full_logged:
                 self.full_logged = True
-                log.info("nvfuser_dtensor: the %s graph has %d CUDA graphs recorded, none free for these inputs; "
+                log.warning("nvfuser_dtensor: the %s graph has %d CUDA graphs recorded, none free for these inputs; "
                          "calls like this one run uncaptured", self.kind, self.count)
             return self.compiled(args)
         kept = list(args)
@@ -219,11 +235,13 @@ class GraphRunner:
                 raise
             from .region import _first_line
 
+            STATS["failures"] += 1
             self.on_failure(f"recording the {self.kind} raised {type(e).__name__}: {_first_line(e)[:300]}")
             return self.compiled(kept)
         if rec is None:  # not capturable after all (said once)
             return self.compiled(kept)
         rec.set_alone()
+        STATS["recorded"] += 1
         self.warmed.discard(key)
         self.recordings.setdefault(key, []).append(rec)
         self.count += 1
