@@ -178,8 +178,11 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
     if use_inductor and not names:
         whole = LazyInductor(gm)
         graph_report.inductor_parts = [whole]
-        return make_boxed_func(whole)
-    return make_boxed_func(fused)
+        compiled = make_boxed_func(whole)
+    else:
+        compiled = make_boxed_func(fused)
+    compiled.report = graph_report  # CudaGraphs counts its kernel launches
+    return compiled
 
 
 def _global_view_choice(opts: Options, example_inputs) -> str | None:

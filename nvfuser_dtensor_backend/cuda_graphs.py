@@ -119,6 +119,20 @@ def copying_out(replay: Callable, escaping: int | None) -> Callable:
     return run
 
 
+# A replay costs about what it saves on a graph of one or two kernels: the input copies, the
+# graph launch and the output copies (tiny bias+gelu on the H200, scripts/gpu_call_overhead.py:
+# 83 us per call replayed, 53 us launched as it is). From three launches on, capture.
+MIN_LAUNCHES = 3
+
+
+def _launches(report) -> int | None:
+    """Kernel launches per call of a compiled graph, from its report (None: unknown): one per
+    nvFuser region, per op left to PyTorch, per piece compiled by inductor."""
+    if report is None:
+        return None
+    return len(report.regions) + sum(report.partition.unsupported.values()) + len(report.inductor_parts)
+
+
 def _escaping_outputs(kind: str) -> int | None:
     """How many leading outputs of a compiled ``kind`` graph reach the user (None: all). A
     forward graph returns mutated inputs, the user's outputs and intermediate bases first,
@@ -139,7 +153,8 @@ class CudaGraphs:
 
     def __init__(self, num_dynamo_inputs: int, asked: bool = True, trees: bool = False):
         self.num_dynamo_inputs = num_dynamo_inputs
-        self.log_level = logging.WARNING if asked else logging.INFO  # asked: options.cuda_graphs=True
+        self.asked = asked  # options.cuda_graphs=True: every graph that can be, however small
+        self.log_level = logging.WARNING if asked else logging.INFO
         self.trees = trees  # options.cuda_graphs="trees": through cudagraph trees, not our runner
         self.captured = True
         self.failed: str | None = None  # why capture failed (_falling_back, _fail)
@@ -197,6 +212,11 @@ class CudaGraphs:
         escaping = _escaping_outputs(kind)
         if not self.trees:
             def ours(compiled: Callable) -> Callable:
+                launches = _launches(getattr(compiled, "report", None))
+                if not self.asked and launches is not None and launches < MIN_LAUNCHES:
+                    log.info("nvfuser_dtensor: the %s graph runs without CUDA graphs: %d kernel launch(es) per "
+                             "call, too few for a replay to gain", kind, launches)
+                    return compiled
                 log.info("nvfuser_dtensor: the %s graph replays as a CUDA graph (%d static inputs of %d)",
                          kind, len(static), len(inputs))
                 return self._runner(kind, compiled, static, escaping)

@@ -283,3 +283,29 @@ def test_kept_autograd_grad_results_are_not_overwritten(captured_on_cpu):
     for got, want in zip(kept, expected):
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_auto_leaves_graphs_of_one_or_two_kernels_uncaptured(captured_on_cpu, monkeypatch, caplog):
+    """A replay costs about what it saves there (cuda_graphs.MIN_LAUNCHES); True captures anyway."""
+    from nvfuser_dtensor_backend import backend
+
+    monkeypatch.setattr(backend, "wants_cuda_graphs", lambda option, inputs: option is not False)
+    small = lambda x: torch.nn.functional.gelu(x * 2 + 1)  # noqa: E731 - one region
+    with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
+        for options in ({}, {"cuda_graphs": True}):
+            caplog.clear()
+            f = compile_fn(small, **options)
+            for _ in range(3):
+                x = torch.randn(4, 8)
+                torch.testing.assert_close(f(x), small(x))
+            lines = [r.getMessage() for r in caplog.records]
+            recorded = any("is recorded as CUDA graph" in line for line in lines)
+            assert recorded == bool(options), lines
+            assert any("too few for a replay" in line for line in lines) != bool(options), lines
+        caplog.clear()
+        model = _mlp()  # two matmuls in PyTorch and a region: captured
+        f = compile_fn(model)
+        with torch.no_grad():
+            for _ in range(3):
+                f(torch.randn(8, 16))
+        assert any("is recorded as CUDA graph" in r.getMessage() for r in caplog.records)

@@ -164,10 +164,6 @@ def run_function_case(mesh, name="dtensor_function"):
     compiled = torch.compile(f, backend="nvfuser_dtensor", options=_options(name))
     reference = f
     if name == "dropout_function":
-        # torch 2.11 (seen on the H200, not on torch 2.10): DTensor's RNG tracker is created on
-        # the first random DTensor op; when that op is the one dynamo traces, its state tensor
-        # is made under fake mode and tracing fails with any backend. One eager draw first.
-        torch.nn.functional.dropout(x, 0.5, training=True)
         # Eager's dropout draws its mask with bernoulli, the decomposed graph with rand_like:
         # the reference is the same graph with its code between regions on DTensors. Both
         # compile first, then run from the same generator state.
@@ -220,6 +216,9 @@ def _path() -> str:
     return f"{path} regions={regions}"
 
 
+TORCH_VERSION = tuple(int(v) for v in torch.__version__.split(".")[:2])
+
+
 def main(names):
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     register_strategies()
@@ -230,6 +229,14 @@ def main(names):
     mesh = init_device_mesh(DEVICE, (dist.get_world_size(),))
     try:
         for name in names or list(CASES):
+            if name == "dropout_function" and DEVICE == "cuda" and TORCH_VERSION >= (2, 11):
+                # Dynamo itself cannot trace dropout on a CUDA DTensor in torch 2.11 (with any
+                # backend, before ours is called): DTensor's RNG tracker moves its state tensor
+                # to the device under dynamo's fake mode ("Please convert all Tensors to
+                # FakeTensors first"). Seen on the H200; torch 2.10 (CPU, gloo) traces it.
+                print(f"SKIP {name} torch {torch.__version__}: dynamo cannot trace dropout on a CUDA DTensor",
+                      flush=True)
+                continue
             torch._dynamo.reset()
             path = run_function_case(mesh, name) if name in FUNCTION_CASES else run_module_case(name, mesh)
             print(f"PASS {name} {path} rank={dist.get_rank()}", flush=True)
