@@ -15,7 +15,7 @@ Rows (model x mode x backend): ``case``, ``mode`` (train/infer), ``backend``, ``
 (ok/wrong/error), ``error``, ``note`` (a step judged against float64, zoo_check), ``step_ms`` (median of single steps after ``--warmup`` steps,
 CUDA events on CUDA), ``first_call_s`` (the first compiled step: compile), ``loss_err``,
 ``grad_err`` (see benchmarks/zoo_check.py), ``speedup_vs_inductor`` (inductor's step_ms /
-ours), ``peak_mem_mb``, ``kernels`` and ``kernel_ms`` (CUDA: GPU activities of one profiled step
+ours), ``peak_mem_mb``, ``reserved_mb`` (``_reserved_baseline``), ``kernels`` and ``kernel_ms`` (CUDA: GPU activities of one profiled step
 and their summed time, next to ``step_ms`` the host's share), ``regions``, ``fallbacks`` and
 ``fallback_first`` (nvfuser_dtensor).
 Writes results.json (``{"environment", "rows"}``), results.csv, summary.md and speedup.png.
@@ -144,6 +144,23 @@ def measure_model(a, name: str, emit) -> None:
             torch.cuda.empty_cache()
 
 
+def _reserved_baseline(device: str) -> int | None:
+    """The CUDA memory the caching allocator holds before a backend compiles and runs, with
+    the peak reset: ``reserved_mb`` is the most it held on top, over compile, warm-up and the
+    timed steps. Unlike ``peak_mem_mb`` (allocated during the timed steps), this counts CUDA
+    graphs' memory pools, which are allocated when a graph is recorded and whose
+    temporaries the allocator never sees as allocated."""
+    if device != "cuda":
+        return None
+    import gc
+
+    torch._dynamo.reset()  # the last backend's graphs and memory pools go (compare() resets too)
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.memory_reserved()
+
+
 def _measure_compiled(a, zm, batch, backend: str, train: bool, ref, fp64_cache: dict) -> dict:
     name, options = parse_backend(backend)
     if name == NVF:
@@ -151,6 +168,7 @@ def _measure_compiled(a, zm, batch, backend: str, train: bool, ref, fp64_cache: 
 
         nb.clear_cache()  # first_call_s includes building every definition, also for a second variant
         nb.cuda_graph_stats(clear=True)
+    base_reserved = _reserved_baseline(a.device)
         if a.dump_dir:
             folder = Path(a.dump_dir) / zm.name / ("train" if train else "infer") / backend.replace(":", "-")
             options = dict(options or {}, dump_dir=str(folder))
@@ -160,6 +178,8 @@ def _measure_compiled(a, zm, batch, backend: str, train: bool, ref, fp64_cache: 
         timing = _time(res["compiled"], zm, batch, train, a.device, a.warmup, a.iters)
     row = dict(status=res["status"], first_call_s=res["first_call_s"], loss_err=res["loss_err"],
                grad_err=res["grad_err"], tol_loss=res["tol"]["loss"], tol_grad=res["tol"]["grad"], **timing)
+    if base_reserved is not None:
+        row["reserved_mb"] = (torch.cuda.max_memory_reserved() - base_reserved) / 2**20
     if "noise" in res:
         row.update(dropout_noise=res["noise"], dropout_seed_losses=res["seed_losses"],
                    dropout_happened=res["dropout_happened"])

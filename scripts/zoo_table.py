@@ -1,0 +1,51 @@
+"""A zoo results.json as one table per model and mode: step ms of each backend, ours against
+inductor and its reduce-overhead mode, first-call seconds, reserved memory and our CUDA-graph
+counts (issue 13's before/after tables).
+
+    python scripts/zoo_table.py benchmarks/results/h200_models/results.json [--ours nvfuser_dtensor]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+
+def _f(v, fmt=".2f") -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("results")
+    p.add_argument("--ours", default="nvfuser_dtensor")
+    args = p.parse_args()
+    rows = json.load(open(args.results))["rows"]
+    by = {(r["case"], r["mode"], r["backend"]): r for r in rows}
+    keys = sorted({(r["case"], r["mode"]) for r in rows}, key=lambda k: (k[0], k[1] != "train"))
+    print("| model | mode | inductor ms | reduce-overhead ms | ours ms | x inductor | x reduce-overhead | "
+          "first call s: inductor / ours | reserved MB: inductor / reduce-overhead / ours | our CUDA graphs | status |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    ratios = {"ind": [], "ro": []}
+    for case, mode in keys:
+        ind, ro, ours = (by.get((case, mode, b), {}) for b in ("inductor", "inductor:reduce-overhead", args.ours))
+        x_ind = ind.get("step_ms") / ours["step_ms"] if ind.get("step_ms") and ours.get("step_ms") else None
+        x_ro = ro.get("step_ms") / ours["step_ms"] if ro.get("step_ms") and ours.get("step_ms") else None
+        for k, v in (("ind", x_ind), ("ro", x_ro)):
+            if v:
+                ratios[k].append(v)
+        graphs = ours.get("cuda_graphs") or {}
+        print(f"| {case} | {mode} | {_f(ind.get('step_ms'))} | {_f(ro.get('step_ms'))} | {_f(ours.get('step_ms'))} | "
+              f"{_f(x_ind)} | {_f(x_ro)} | {_f(ind.get('first_call_s'), '.0f')} / {_f(ours.get('first_call_s'), '.0f')} | "
+              f"{_f(ind.get('reserved_mb'), '.0f')} / {_f(ro.get('reserved_mb'), '.0f')} / {_f(ours.get('reserved_mb'), '.0f')} | "
+              f"{graphs.get('recorded', '-')} recorded, {graphs.get('uncaptured_calls', '-')} uncaptured | "
+              f"{ours.get('status', '-')} |")
+    for k, name in (("ind", "inductor"), ("ro", "reduce-overhead")):
+        if ratios[k]:
+            geo = math.exp(sum(math.log(v) for v in ratios[k]) / len(ratios[k]))
+            print(f"\ngeometric mean against {name}: {geo:.2f}x over {len(ratios[k])} runs")
+
+
+if __name__ == "__main__":
+    main()
