@@ -105,7 +105,7 @@ def _nvf_stats(caught: list[str]) -> dict:
     reasons = list(dict.fromkeys(caught)) or [f"region {region.name}: {region.fallback_reason}"
                                               for r in reports for region in r.regions if region.fallback_reason]
     return dict(regions=sum(len(r.partition.regions) for r in reports), fallbacks=len(reasons),
-                fallback_first=reasons[0] if reasons else "")
+                fallback_first=reasons[0] if reasons else "", fallback_all=[r[:600] for r in reasons])
 
 
 def measure_model(a, name: str, emit) -> None:
@@ -168,10 +168,10 @@ def _measure_compiled(a, zm, batch, backend: str, train: bool, ref, fp64_cache: 
 
         nb.clear_cache()  # first_call_s includes building every definition, also for a second variant
         nb.cuda_graph_stats(clear=True)
-    base_reserved = _reserved_baseline(a.device)
         if a.dump_dir:
             folder = Path(a.dump_dir) / zm.name / ("train" if train else "infer") / backend.replace(":", "-")
             options = dict(options or {}, dump_dir=str(folder))
+    base_reserved = _reserved_baseline(a.device)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = zoo_check.compare(zm, name, train, options, ref=ref, fp64_cache=fp64_cache)
