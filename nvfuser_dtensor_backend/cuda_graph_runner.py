@@ -57,6 +57,11 @@ _MAX_WARMING = 64  # input address sets remembered between their warm-up and rec
 # recordings, calls run uncaptured (warm-ups, past MAX_GRAPHS, capture off), failures.
 STATS = {"recorded": 0, "uncaptured_calls": 0, "failures": 0}
 
+# Addresses of the outputs recordings hand out as they are (fixed across replays): a graph
+# that takes one as an input (a gradient passed from one compiled graph's backward to the
+# previous one's, across a graph break) reads it in place instead of copying it.
+_MADE: dict[int, int] = {}
+
 
 class GraphError(Exception):
     """Marks an exception raised by the compiled graph itself (not by capture)."""
@@ -103,11 +108,15 @@ def _counts(t: torch.Tensor, cdata: int) -> tuple[int, int, int]:
 class _Recording:
     """One recorded graph: its input buffers, its outputs and how each is handed out."""
 
-    __slots__ = ("replay", "copies", "outputs", "cloned", "rebuilt", "watched", "alone", "cached", "__weakref__")
+    __slots__ = ("replay", "copies", "outputs", "cloned", "rebuilt", "watched", "alone", "cached", "key_idx",
+                 "key_ptrs", "extra", "__weakref__")
 
     def __init__(self, replay, copies, outputs, cloned, rebuilt, watched):
         self.replay = replay
         self.copies = copies  # [(input index, buffer)]
+        self.key_idx: list[int] = []  # inputs read in place: the runner's static ones, then ``extra``
+        self.key_ptrs: list[int] = []  # their addresses when recorded
+        self.extra: list[tuple[int, int]] = []  # (index, address): other recordings' outputs read in place
         self.outputs = outputs  # the graph's output values
         self.cloned = cloned  # output indices copied out with Tensor.clone
         self.rebuilt = rebuilt  # [[indices sharing one storage]] copied out storage and all
@@ -116,8 +125,18 @@ class _Recording:
         self.cached: list = []  # outputs registered as cached tensors, until this recording dies
 
     def __del__(self) -> None:
-        for t in self.cached:
-            torch._C._remove_cached_tensor(t)
+        for t, _ in self.watched:
+            ptr = t.data_ptr()
+            if _MADE.get(ptr, 0) > 1:
+                _MADE[ptr] -= 1
+            else:
+                _MADE.pop(ptr, None)
+        if self.cached:
+            # cudagraph trees turn the registry off when they reset (torch._dynamo.reset());
+            # removing asserts that it is on, and entries left behind would keep their memory
+            torch._C._set_cached_tensors_enabled(True)
+            for t in self.cached:
+                torch._C._remove_cached_tensor(t)
 
     def set_alone(self) -> None:
         """Called where no local variable of the recording refers to an output."""
@@ -181,14 +200,13 @@ class GraphRunner:
         self.recordings: dict[tuple, list[_Recording]] = {}
         self.warmed: set[tuple] = set()
         self.last: _Recording | None = None
-        self.last_ptrs: list[int] = []
         self.count = 0
         self.full_logged = False
         self._boxed_call = True
 
     def __call__(self, args: list) -> Any:
         last = self.last
-        if (last is not None and torch._C._tensors_data_ptrs_at_indices_equal(args, self.last_ptrs, self.static)
+        if (last is not None and torch._C._tensors_data_ptrs_at_indices_equal(args, last.key_ptrs, last.key_idx)
                 and last.free()):
             return self._replay(last, args)
         return self._slow(args)
@@ -211,8 +229,8 @@ class GraphRunner:
             return self.compiled(args)
         key = tuple(args[i].data_ptr() for i in self.static)
         for rec in self.recordings.get(key, ()):
-            if rec.free():
-                self.last, self.last_ptrs = rec, list(key)
+            if all(args[i].data_ptr() == ptr for i, ptr in rec.extra) and rec.free():
+                self.last = rec
                 return self._replay(rec, args)
         if key not in self.warmed and key not in self.recordings:
             if len(self.warmed) >= _MAX_WARMING:
@@ -245,23 +263,26 @@ class GraphRunner:
         self.warmed.discard(key)
         self.recordings.setdefault(key, []).append(rec)
         self.count += 1
-        self.last, self.last_ptrs = rec, list(key)
+        self.last = rec
         log.info("nvfuser_dtensor: the %s graph is recorded as CUDA graph %d (%d inputs in place, %d copied)",
-                 self.kind, self.count, len(self.static), len(rec.copies))
+                 self.kind, self.count, len(rec.key_idx), len(rec.copies))
         return self._replay(rec, kept)
 
     def _record(self, args: list) -> _Recording | None:
         static = set(self.static)
-        copies, inputs = [], list(args)
+        copies, inputs, extra = [], list(args), []
         for i, a in enumerate(args):
-            if i not in static and isinstance(a, torch.Tensor):
+            if i not in static and isinstance(a, torch.Tensor) and a.data_ptr() in _MADE:
+                extra.append((i, a.data_ptr()))  # another recording's output: read in place
+            elif i not in static and isinstance(a, torch.Tensor):
                 buffer = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
                 buffer.copy_(a)
                 copies.append((i, buffer))
                 inputs[i] = buffer
         args.clear()
         replay, outputs = self.capture.record(_own_errors(self.compiled), inputs)
-        static_storages = {_storage_key(inputs[i]) for i in self.static if isinstance(inputs[i], torch.Tensor)}
+        in_place = self.static + [i for i, _ in extra]
+        static_storages = {_storage_key(inputs[i]) for i in in_place if isinstance(inputs[i], torch.Tensor)}
         copied_storages = {_storage_key(b) for _, b in copies}
         # a backward's gradients are watched, not copied (AccumulateGrad takes them)
         escaping = 0 if self.kind == "backward" else len(outputs) if self.escaping is None else self.escaping
@@ -294,6 +315,10 @@ class GraphRunner:
                 rebuilt.append(group)
         watched = [(outputs[i], outputs[i].untyped_storage()._cdata) for i in watched_idx]
         rec = _Recording(replay, copies, outputs, cloned, rebuilt, watched)
+        rec.key_idx, rec.extra = in_place, extra
+        rec.key_ptrs = [inputs[i].data_ptr() for i in in_place]
+        for t, _ in watched:
+            _MADE[t.data_ptr()] = _MADE.get(t.data_ptr(), 0) + 1
         if self.kind == "backward":  # so that AccumulateGrad takes gradients into .grad without a copy
             torch._C._set_cached_tensors_enabled(True)
             rec.cached = [outputs[i] for i in watched_idx]

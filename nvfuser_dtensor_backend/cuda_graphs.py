@@ -7,8 +7,9 @@ default, or with ``cuda_graphs="trees"`` by PyTorch's cudagraph trees, as below.
 Note [CUDA graphs through cudagraph trees]
 Most of a compiled step's time on the GPU is host time (dynamo guards, AOTAutograd's
 wrappers, one Python call and one nvFuser ``execute`` per region); a CUDA graph replays all
-the kernels of a graph with one launch. Rather than a capture loop of its own, the backend
-hands its compiled graphs to PyTorch's cudagraph trees (``torch._inductor.cudagraph_trees``,
+the kernels of a graph with one launch. With ``cuda_graphs="trees"`` (the default until
+2026-12-04, now replaced by our own runner) the backend hands its compiled graphs to
+PyTorch's cudagraph trees (``torch._inductor.cudagraph_trees``,
 the machinery of inductor's ``mode="reduce-overhead"`` and of dynamo's ``"cudagraphs"``
 backend), which already does what a production capture needs:
 - a warm-up run before recording (nvFuser compiles its kernels on a region's first call);
@@ -40,9 +41,10 @@ on the CPU (the CPU evaluator), input mutations, ops that sync with the host, sy
 
 ``"auto"`` (the default) captures dynamo graphs whose tensor inputs are all on CUDA with
 static shapes, and no DTensor (the global view and the DTensor local path run uncaptured:
-collectives inside a captured graph are left for a later change). ``True`` asks for capture
-of any graph (those that cannot be captured say why at WARNING; under ``"auto"`` at INFO),
-``False`` turns it off.
+collectives inside a captured graph are left for a later change), that launch at least
+``MIN_LAUNCHES`` kernels per call. ``True`` asks for capture of any graph (those that cannot
+be captured say why at WARNING; under ``"auto"`` at INFO), ``False`` turns it off,
+``"trees"`` captures what ``"auto"`` does through cudagraph trees.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from torch import fx
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
-CHOICES = (True, False, "auto", "trees")
+CHOICES = (True, False, "auto", "trees")  # options.cuda_graphs
 
 
 def _symbolic(inputs) -> bool:

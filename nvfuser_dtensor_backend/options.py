@@ -103,7 +103,9 @@ class Options:
         for name in ("check_layouts", "verify", "dtensor_runtime"):
             if not isinstance(getattr(opts, name), bool):
                 raise OptionsError(f"{name} must be a bool, got {getattr(opts, name)!r}")
-        if opts.cuda_graphs not in (True, False, "auto", "trees"):
+        from .cuda_graphs import CHOICES
+
+        if opts.cuda_graphs not in CHOICES:
             raise OptionsError(f"cuda_graphs must be True, False, 'auto' or 'trees', got {opts.cuda_graphs!r}")
         if opts.pad_matmuls not in (True, False, "auto"):
             raise OptionsError(f"pad_matmuls must be True, False or 'auto', got {opts.pad_matmuls!r}")

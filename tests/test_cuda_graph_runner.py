@@ -309,3 +309,49 @@ def test_auto_leaves_graphs_of_one_or_two_kernels_uncaptured(captured_on_cpu, mo
             for _ in range(3):
                 f(torch.randn(8, 16))
         assert any("is recorded as CUDA graph" in r.getMessage() for r in caplog.records)
+
+
+def test_recordings_unregister_their_gradients_after_a_trees_reset():
+    # cudagraph trees turn the cached-tensor registry off when dynamo resets; a recording
+    # that dies afterwards still takes its gradients out of it (or their memory would stay)
+    import gc
+
+    runner, _ = _runner(lambda a: [a[0] * a[1]], kind="backward", static=(0,), escaping=None)
+    saved = torch.randn(4)
+    for _ in range(2):
+        runner([saved, torch.randn(4)])
+    grad = runner.last.outputs[0]
+    torch._C._set_cached_tensors_enabled(True)
+    assert torch._C._is_cached_tensor(grad)
+    torch._C._set_cached_tensors_enabled(False)  # what cudagraph trees' reset does
+    del runner
+    gc.collect()
+    torch._C._set_cached_tensors_enabled(True)
+    assert not torch._C._is_cached_tensor(grad)
+
+
+def test_a_gradient_passed_across_a_graph_break_is_read_in_place(captured_on_cpu, caplog):
+    """The backward of the graph after a break hands its input gradient out as it is (a
+    recording's fixed memory); the backward of the graph before reads it there, no copy."""
+    first, second = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
+    ref_first, ref_second = copy.deepcopy(first), copy.deepcopy(second)
+
+    def model(x, a=first, b=second):
+        h = torch.nn.functional.gelu(a(x)).tanh()
+        torch._dynamo.graph_break()
+        return torch.nn.functional.layer_norm(b(h).exp(), (4,)).square().mean()
+
+    compiled = compile_fn(model, cuda_graphs=True)
+    with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
+        for _ in range(4):
+            x = torch.randn(8, 16, requires_grad=True)
+            compiled(x).backward()
+            ref_x = x.detach().clone().requires_grad_()
+            model(ref_x, ref_first, ref_second).backward()
+            torch.testing.assert_close(x.grad, ref_x.grad, rtol=1e-4, atol=1e-5)
+            for p, q in zip([*first.parameters(), *second.parameters()],
+                            [*ref_first.parameters(), *ref_second.parameters()]):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+                p.grad = q.grad = None
+    recorded = [r.getMessage() for r in caplog.records if "backward graph is recorded" in r.getMessage()]
+    assert len(recorded) == 2 and any("0 copied" in line for line in recorded), recorded
