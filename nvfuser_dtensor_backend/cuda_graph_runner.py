@@ -7,10 +7,12 @@ other choice, spend 30-60 us per call on theirs):
 - **The key.** Inputs used in place (parameters and buffers of the forward, the values the
   backward gets from its forward) are compared, address by address, with those the graph
   was recorded on, in one call (``torch._C._tensors_data_ptrs_at_indices_equal``). The
-  other tensor inputs are copied into the graph's own buffers. A new set of addresses
+  other tensor inputs are copied into the graph's own buffers, except one that is another
+  recording's output (handed out as it is, so at a fixed address: a gradient passed across
+  a graph break), which is read in place and keyed too. A new set of addresses
   (the same compiled block called for another layer, a parameter replaced) gets its own
-  recording, after one warm-up call on those inputs (nvFuser compiles its kernels on a
-  region's first call, which must not happen under capture).
+  recording. The first call of a compiled graph runs uncaptured, as a warm-up: nvFuser
+  compiles its kernels on a region's first call, which should not happen under capture.
 - **Outputs a user keeps are never overwritten.** The forward's outputs that reach the user
   (AOTAutograd's ``num_forward_returns``) and every output of an inference graph are copied
   out of the graph's memory after the replay (a loss kept in a list, logits kept for a
@@ -31,7 +33,7 @@ other choice, spend 30-60 us per call on theirs):
   by its runner, so no recording ever places its memory over another graph's outputs.
 - Random ops (in PyTorch regions) draw new numbers on each replay: the CUDA generator
   registers its seed and offset with each captured graph.
-- A failure of the capture machinery (a warm-up, a recording) turns capture off for that
+- A failure of the capture machinery (a recording) turns capture off for that
   runner and its partner, with one warning, and the call is rerun uncaptured; an error of
   the graph itself propagates as it would without capture.
 
@@ -51,7 +53,6 @@ import torch
 log = logging.getLogger("nvfuser_dtensor_backend")
 
 MAX_GRAPHS = 4  # recordings per compiled graph (new addresses, or outputs still alive)
-_MAX_WARMING = 64  # input address sets remembered between their warm-up and recording
 
 # Process-wide counts of the slow path (``nvfuser_dtensor_backend.cuda_graph_stats()``):
 # recordings, calls run uncaptured (warm-ups, past MAX_GRAPHS, capture off), failures.
@@ -198,7 +199,7 @@ class GraphRunner:
         self.on_failure = on_failure  # turns capture off for this runner and its partner
         self.is_off = is_off
         self.recordings: dict[tuple, list[_Recording]] = {}
-        self.warmed: set[tuple] = set()
+        self.warmed_up = False  # the first call runs as it is (cudagraph trees also warm up once)
         self.last: _Recording | None = None
         self.count = 0
         self.full_logged = False
@@ -232,10 +233,8 @@ class GraphRunner:
             if all(args[i].data_ptr() == ptr for i, ptr in rec.extra) and rec.free():
                 self.last = rec
                 return self._replay(rec, args)
-        if key not in self.warmed and key not in self.recordings:
-            if len(self.warmed) >= _MAX_WARMING:
-                self.warmed.clear()
-            self.warmed.add(key)
+        if not self.warmed_up:
+            self.warmed_up = True
             STATS["uncaptured_calls"] += 1
             return self.compiled(args)  # the warm-up: nvFuser compiles its kernels here
         if self.count >= MAX_GRAPHS:
@@ -260,7 +259,6 @@ class GraphRunner:
             return self.compiled(kept)
         rec.set_alone()
         STATS["recorded"] += 1
-        self.warmed.discard(key)
         self.recordings.setdefault(key, []).append(rec)
         self.count += 1
         self.last = rec

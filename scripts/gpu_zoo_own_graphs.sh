@@ -17,6 +17,8 @@ timeout 400 python3 -m pytest -q -p no:cacheprovider -rfEs ${GPU_TESTS:-tests/te
   tests/distributed/test_tensor_parallel.py} > "$w/logs/gpu_tests.log" 2>&1 &
 timeout 300 python3 scripts/gpu_top_kernels.py gpt2 --backends inductor,nvfuser_dtensor --top 15 > "$w/logs/top_gpt2.log" 2>&1 &
 wait
+timeout "${OVERHEAD_TIMEOUT:-60}" python3 scripts/gpu_call_overhead.py --calls 300 \
+  --backends eager,inductor,inductor:reduce-overhead,nvfuser_dtensor,nvfuser_dtensor:no_cuda_graphs > "$w/logs/call_overhead.log" 2>&1
 tar -czf "$out/all.tgz" -C "$w" .
 echo "== GPU tests"; grep -E "^(FAILED|ERROR)|passed|failed" "$w/logs/gpu_tests.log" | tail -12
 echo "== zoo"; grep -E "^- nvfuser" "$w/h200_models/summary.md"; python3 scripts/zoo_table.py "$w/h200_models/results.json"
@@ -27,5 +29,6 @@ for r in json.load(open(sys.argv[1]))["rows"]:
     for f in r.get("fallback_all") or []:
         print("fallback", r["case"], r["mode"], r["backend"], f[:260])
 PY
+echo "== call overhead"; grep -E "us/call" "$w/logs/call_overhead.log"
 echo "== top kernels, GPT-2 train"; cut -c1-170 "$w/logs/top_gpt2.log" | grep -vE "Warning|warn" | tail -45
 rm -rf "$w"

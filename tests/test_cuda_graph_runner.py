@@ -27,6 +27,14 @@ def _on_memory_of(t):
     return torch.empty(0, dtype=t.dtype, device=t.device).set_(memory, t.storage_offset(), t.size(), t.stride())
 
 
+def _write(out: torch.Tensor, value: torch.Tensor) -> None:
+    """``out.copy_(value)``, also where ``out`` is expanded (stride 0: one element per run)."""
+    for d in range(out.dim()):
+        if out.stride(d) == 0 and out.shape[d] > 1:
+            out, value = out.narrow(d, 0, 1), value.narrow(d, 0, 1)
+    out.copy_(value)
+
+
 class ReplayByRerun:
     records = 0
 
@@ -45,7 +53,7 @@ class ReplayByRerun:
         def replay():
             new = fn(list(memory))
             for i in written:
-                outputs[i].copy_(new[i])
+                _write(outputs[i], new[i])
 
         return replay, outputs
 

@@ -1,0 +1,56 @@
+"""Every zoo model (tiny, fp32, CPU) through the backend's own CUDA-graph runner with a
+replay-by-rerun capture (tests/test_cuda_graph_runner.py's ``ReplayByRerun``: a replay runs
+the function again and copies into the same output tensors), so the runner's rules (keys,
+copies, watched outputs, in-place inputs) meet real model code before the GPU: four steps
+each, the last ones replays, judged against eager like the zoo.
+
+    python scripts/cpu_runner_zoo.py [--models gpt2,llama]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+
+import torch
+
+root = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(root), str(root / "tests")]
+
+from benchmarks import zoo, zoo_check  # noqa: E402
+from test_cuda_graph_runner import ReplayByRerun  # noqa: E402
+
+import nvfuser_dtensor_backend as nb  # noqa: E402
+from nvfuser_dtensor_backend import cuda_graphs  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--models", default=",".join(n for n in zoo.NAMES if n != "bert_dropout"))
+    args = p.parse_args()
+    cuda_graphs.capture_class = ReplayByRerun
+    cuda_graphs.skip_reason = lambda gm, inputs, static: None
+    bad = 0
+    for name in args.models.split(","):
+        zm = zoo.build(name, "tiny", "cpu", torch.float32)
+        for train in (True, False):
+            batch = zm.make_inputs(0)
+            ref = zoo_check.seeded_step(copy.deepcopy(zm.model), zm, batch, train, 0)
+            nb.cuda_graph_stats(clear=True)
+            compiled = zoo_check.compile_model(zm.model, "nvfuser_dtensor", {"cuda_graphs": True})
+            errs = []
+            for _ in range(4):
+                step = zoo_check.seeded_step(compiled, zm, batch, train, 0)
+                errs.append(zoo_check.errors(step, ref, train))
+            stats = nb.cuda_graph_stats()
+            ok = all(l <= 1e-4 and (g is None or g <= 1e-3) for l, g in errs) and stats["recorded"] > 0
+            bad += not ok
+            print(f"{name:12s} {'train' if train else 'infer':5s} {'ok' if ok else 'WRONG'} "
+                  f"errors {[(f'{l:.1e}', None if g is None else f'{g:.1e}') for l, g in errs]} {stats}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
