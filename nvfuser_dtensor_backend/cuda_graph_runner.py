@@ -116,7 +116,7 @@ class _Recording:
         self.replay = replay
         self.copies = copies  # [(input index, buffer)]
         self.key_idx: list[int] = []  # inputs read in place: the runner's static ones, then ``extra``
-        self.key_ptrs: list[int] = []  # their addresses when recorded
+        self.key_ptrs: list[int | None] = []  # their addresses when recorded, at their input index
         self.extra: list[tuple[int, int]] = []  # (index, address): other recordings' outputs read in place
         self.outputs = outputs  # the graph's output values
         self.cloned = cloned  # output indices copied out with Tensor.clone
@@ -314,7 +314,9 @@ class GraphRunner:
         watched = [(outputs[i], outputs[i].untyped_storage()._cdata) for i in watched_idx]
         rec = _Recording(replay, copies, outputs, cloned, rebuilt, watched)
         rec.key_idx, rec.extra = in_place, extra
-        rec.key_ptrs = [inputs[i].data_ptr() for i in in_place]
+        # indexed like the inputs, as _tensors_data_ptrs_at_indices_equal reads it
+        keyed = set(in_place)
+        rec.key_ptrs = [a.data_ptr() if i in keyed else None for i, a in enumerate(inputs)]
         for t, _ in watched:
             _MADE[t.data_ptr()] = _MADE.get(t.data_ptr(), 0) + 1
         if self.kind == "backward":  # so that AccumulateGrad takes gradients into .grad without a copy

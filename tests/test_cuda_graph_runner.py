@@ -138,6 +138,18 @@ def test_new_addresses_of_inputs_used_in_place_get_their_own_recording():
     assert runner.count == 2 and len(runner.recordings) == 2
 
 
+def test_inputs_used_in_place_after_copied_ones_are_keyed_where_they_are():
+    # AOTAutograd may put parameters after user inputs (seen: an inference graph of
+    # x + residual -> LayerNorm on the H200, IndexError before the key was indexed like the inputs)
+    f, calls = _counting(lambda x, r, w: [(x + r) * w])
+    runner, failures = _runner(f, static=(2,))
+    w1, w2 = torch.randn(3), torch.randn(3)
+    for w in (w1, w1, w1, w2, w2, w1):
+        x, r = torch.randn(3), torch.randn(3)
+        torch.testing.assert_close(runner([x, r, w])[0], (x + r) * w)
+    assert runner.count == 2 and not failures
+
+
 def test_gradients_are_watched_and_inputs_passed_through_are_copied():
     # a backward: saved value (in place), tangent (copied); returns a fresh gradient and
     # the tangent itself (d(x + y)/dy)
