@@ -47,12 +47,14 @@ def clear_reports() -> None:
 
 def cuda_graph_stats(clear: bool = False) -> dict:
     """Process-wide counts of our CUDA-graph runner: graphs recorded, calls that ran uncaptured
-    (warm-ups, no recording free, capture off) and failed recordings; ``clear`` resets them."""
-    from .cuda_graph_runner import STATS
+    (warm-ups, no recording free, capture off), failed recordings, and ``not_captured``: why
+    compiled graphs with CUDA inputs were left uncaptured ({reason: graphs}); ``clear`` resets them."""
+    from .cuda_graph_runner import NOT_CAPTURED, STATS
 
-    counts = dict(STATS)
+    counts = dict(STATS, not_captured=dict(NOT_CAPTURED))
     if clear:
         STATS.update(dict.fromkeys(STATS, 0))
+        NOT_CAPTURED.clear()
     return counts
 
 

@@ -24,7 +24,8 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ._nvfuser import multidevice_abi_reason, nvfuser
-from .cuda_graphs import CudaGraphs, wants_cuda_graphs
+from . import cuda_graphs
+from .cuda_graphs import CudaGraphs
 from .decompositions import decomposition_table
 from .distributed.global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
 from .options import Options
@@ -214,8 +215,13 @@ def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = N
         log.warning("nvfuser_dtensor: DTensor graph takes the local path (per-rank fusions, collectives run "
                     "by PyTorch): %s", reason)
 
-    graphs = (CudaGraphs(len(example_inputs), asked=opts.cuda_graphs is True, trees=opts.cuda_graphs == "trees")
-              if wants_cuda_graphs(opts.cuda_graphs, example_inputs) else None)
+    why_not = cuda_graphs.refusal(opts.cuda_graphs, example_inputs)
+    graphs = (None if why_not is not None else
+              CudaGraphs(len(example_inputs), asked=opts.cuda_graphs is True, trees=opts.cuda_graphs == "trees"))
+    if why_not is not None and opts.cuda_graphs is not False and any(
+            isinstance(a, torch.Tensor) and a.is_cuda for a in example_inputs):
+        log.info("nvfuser_dtensor: this dynamo graph runs without CUDA graphs: %s", why_not)
+        cuda_graphs.note_uncaptured(why_not)
 
     def compiler(kind):
         def compile_fn(g, inputs):

@@ -57,6 +57,7 @@ MAX_GRAPHS = 4  # recordings per compiled graph (new addresses, or outputs still
 # Process-wide counts of the slow path (``nvfuser_dtensor_backend.cuda_graph_stats()``):
 # recordings, calls run uncaptured (warm-ups, past MAX_GRAPHS, capture off), failures.
 STATS = {"recorded": 0, "uncaptured_calls": 0, "failures": 0}
+NOT_CAPTURED: dict[str, int] = {}  # why graphs were left uncaptured (cuda_graphs.note_uncaptured)
 
 # Addresses of the outputs recordings hand out as they are (fixed across replays): a graph
 # that takes one as an input (a gradient passed from one compiled graph's backward to the

@@ -206,6 +206,7 @@ class CudaGraphs:
         why = skip_reason(gm, inputs, static)
         if why is not None:
             log.log(self.log_level, "nvfuser_dtensor: the %s graph runs without CUDA graphs: %s", kind, why)
+            note_uncaptured(f"{kind}: {why}")
             if kind != "backward":
                 self.captured = False
                 return lambda compiled: compiled
@@ -218,6 +219,7 @@ class CudaGraphs:
                 if not self.asked and launches is not None and launches < MIN_LAUNCHES:
                     log.info("nvfuser_dtensor: the %s graph runs without CUDA graphs: %d kernel launch(es) per "
                              "call, too few for a replay to gain", kind, launches)
+                    note_uncaptured(f"{kind}: fewer than {MIN_LAUNCHES} kernel launches")
                     return compiled
                 log.info("nvfuser_dtensor: the %s graph replays as a CUDA graph (%d static inputs of %d)",
                          kind, len(static), len(inputs))
@@ -293,14 +295,36 @@ def _cuda_capture(device_index: int):
 capture_class: Callable[[int], Any] = _cuda_capture  # tests on the CPU put a replay-by-rerun capture here
 
 
-def wants_cuda_graphs(option: Any, example_inputs) -> bool:
-    """Whether ``options.cuda_graphs`` asks for capture of this dynamo graph (see the Note)."""
-    if option in ("auto", "trees"):
-        option = "auto"
-    if option != "auto":  # True or False, as validated by Options
-        return bool(option)
+def refusal(option: Any, example_inputs) -> str | None:
+    """Why ``options.cuda_graphs`` does not ask for capture of this dynamo graph (see the
+    Note), or None when it does."""
+    if option is False:
+        return "options.cuda_graphs=False"
+    if option is True:
+        return None
     from torch.distributed.tensor import DTensor
 
     tensors = [a for a in example_inputs if isinstance(a, torch.Tensor)]
-    return (bool(tensors) and all(t.is_cuda and not isinstance(t, DTensor) for t in tensors)
-            and not _symbolic(example_inputs))
+    if not tensors:
+        return "no tensor inputs"
+    if any(isinstance(t, DTensor) for t in tensors):
+        return "DTensor inputs"
+    if not all(t.is_cuda for t in tensors):
+        cpu = [i for i, a in enumerate(example_inputs) if isinstance(a, torch.Tensor) and not a.is_cuda]
+        return f"inputs not on CUDA (dynamo graph inputs {cpu[:6]})"
+    if _symbolic(example_inputs):
+        return "symbolic shapes (dynamic=True)"
+    return None
+
+
+def wants_cuda_graphs(option: Any, example_inputs) -> bool:
+    """Whether ``options.cuda_graphs`` asks for capture of this dynamo graph (see the Note)."""
+    return refusal(option, example_inputs) is None
+
+
+def note_uncaptured(why: str) -> None:
+    """Counts why a graph with CUDA tensors runs uncaptured (``cuda_graph_stats()``)."""
+    from .cuda_graph_runner import NOT_CAPTURED
+
+    key = why.splitlines()[0][:200] if why else "unknown"
+    NOT_CAPTURED[key] = NOT_CAPTURED.get(key, 0) + 1

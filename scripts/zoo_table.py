@@ -16,6 +16,11 @@ def _f(v, fmt=".2f") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
 
+def _why(graphs: dict) -> str:
+    reasons = graphs.get("not_captured") or {}
+    return ("; not captured: " + "; ".join(f"{r} (x{n})" for r, n in reasons.items())[:160]) if reasons else ""
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("results")
@@ -39,7 +44,8 @@ def main() -> None:
         print(f"| {case} | {mode} | {_f(ind.get('step_ms'))} | {_f(ro.get('step_ms'))} | {_f(ours.get('step_ms'))} | "
               f"{_f(x_ind)} | {_f(x_ro)} | {_f(ind.get('first_call_s'), '.0f')} / {_f(ours.get('first_call_s'), '.0f')} | "
               f"{_f(ind.get('reserved_mb'), '.0f')} / {_f(ro.get('reserved_mb'), '.0f')} / {_f(ours.get('reserved_mb'), '.0f')} | "
-              f"{graphs.get('recorded', '-')} recorded, {graphs.get('uncaptured_calls', '-')} uncaptured | "
+              f"{graphs.get('recorded', '-')} recorded, {graphs.get('uncaptured_calls', '-')} uncaptured"
+              f"{_why(graphs)} | "
               f"{ours.get('status', '-')} |")
     for k, name in (("ind", "inductor"), ("ro", "reduce-overhead")):
         if ratios[k]:

@@ -12,6 +12,7 @@ import logging
 import pytest
 import torch
 
+import nvfuser_dtensor_backend as nb
 from nvfuser_dtensor_backend import cuda_graphs
 from nvfuser_dtensor_backend.cuda_graph_runner import MAX_GRAPHS, GraphRunner
 
@@ -307,9 +308,7 @@ def test_kept_autograd_grad_results_are_not_overwritten(captured_on_cpu):
 
 def test_auto_leaves_graphs_of_one_or_two_kernels_uncaptured(captured_on_cpu, monkeypatch, caplog):
     """A replay costs about what it saves there (cuda_graphs.MIN_LAUNCHES); True captures anyway."""
-    from nvfuser_dtensor_backend import backend
-
-    monkeypatch.setattr(backend, "wants_cuda_graphs", lambda option, inputs: option is not False)
+    monkeypatch.setattr(cuda_graphs, "refusal", lambda option, inputs: None if option is not False else "off")
     small = lambda x: torch.nn.functional.gelu(x * 2 + 1)  # noqa: E731 - one region
     with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
         for options in ({}, {"cuda_graphs": True}):
@@ -322,6 +321,7 @@ def test_auto_leaves_graphs_of_one_or_two_kernels_uncaptured(captured_on_cpu, mo
             recorded = any("is recorded as CUDA graph" in line for line in lines)
             assert recorded == bool(options), lines
             assert any("too few for a replay" in line for line in lines) != bool(options), lines
+            assert bool(nb.cuda_graph_stats(clear=True)["not_captured"]) != bool(options)
         caplog.clear()
         model = _mlp()  # two matmuls in PyTorch and a region: captured
         f = compile_fn(model)

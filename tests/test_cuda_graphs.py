@@ -65,6 +65,9 @@ def test_auto_captures_cuda_graphs_with_static_shapes_only():
         assert wants_cuda_graphs("auto", cuda)
         assert not wants_cuda_graphs("auto", cuda + cpu)  # a CPU tensor among them
     assert not wants_cuda_graphs("auto", [1, 2.0])  # no tensor at all
+    from nvfuser_dtensor_backend.cuda_graphs import refusal
+
+    assert refusal("auto", cpu).startswith("inputs not on CUDA") and refusal(False, cpu) and refusal(True, cpu) is None
 
 
 def test_outputs_that_reach_the_user_are_copied_out_of_the_graph():
