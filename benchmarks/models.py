@@ -105,7 +105,14 @@ def _nvf_stats(caught: list[str]) -> dict:
     reasons = list(dict.fromkeys(caught)) or [f"region {region.name}: {region.fallback_reason}"
                                               for r in reports for region in r.regions if region.fallback_reason]
     return dict(regions=sum(len(r.partition.regions) for r in reports), fallbacks=len(reasons),
-                fallback_first=reasons[0] if reasons else "", fallback_all=[r[:600] for r in reasons])
+                fallback_first=reasons[0] if reasons else "", fallback_all=[_gist(r) for r in reasons])
+
+
+def _gist(reason: str) -> str:
+    """A fallback reason cut to its head and, for nvFuser's parallel compile, the segment's own
+    error (which comes after a long preamble)."""
+    at = reason.find("First segment error")
+    return reason[:300] + (" ... " + reason[at:at + 700] if at > 300 else reason[300:600])
 
 
 def measure_model(a, name: str, emit) -> None:

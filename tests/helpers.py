@@ -127,3 +127,26 @@ def assert_no_worse_than_eager(actual, eager, reference, factor=2.0, msg=""):
     eager_err = (eager.double() - ref).abs().max().item()
     bound = factor * eager_err + tol(eager.dtype)["atol"] * (1 + ref.abs().max().item())
     assert err <= bound, f"{msg}: error {err:.3g} vs eager's {eager_err:.3g} (bound {bound:.3g})"
+
+
+def accumulating_steps(compiled, model, ref, make_input, steps: int, set_to_none: bool, **tol) -> None:
+    """Training steps of ``compiled`` (over ``model``) and of ``ref`` (an eager copy), two
+    micro-batches accumulating into ``.grad`` per optimizer step, every loss kept: the
+    gradients after each step and all the kept losses must match (CUDA-graph tests)."""
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, ref))
+    losses, ref_losses = [], []
+    for _ in range(steps):
+        for _ in range(2):
+            x = make_input()
+            loss = compiled(x).square().mean()
+            loss.backward()
+            ref_loss = ref(x).square().mean()
+            ref_loss.backward()
+            losses.append(loss)
+            ref_losses.append(ref_loss)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, **tol)
+        for o in (opt, ref_opt):
+            o.step()
+            o.zero_grad(set_to_none=set_to_none)
+    torch.testing.assert_close(torch.stack(losses), torch.stack(ref_losses), **tol)

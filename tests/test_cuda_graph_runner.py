@@ -16,7 +16,7 @@ import nvfuser_dtensor_backend as nb
 from nvfuser_dtensor_backend import cuda_graphs
 from nvfuser_dtensor_backend.cuda_graph_runner import MAX_GRAPHS, GraphRunner
 
-from helpers import compile_fn
+from helpers import accumulating_steps, compile_fn
 
 
 def _on_memory_of(t):
@@ -239,25 +239,9 @@ def _mlp():
 def test_training_steps_match_eager_and_keep_losses(captured_on_cpu, set_to_none, caplog):
     model = _mlp()
     ref = copy.deepcopy(model)
-    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
     compiled = compile_fn(model, cuda_graphs=True)
-    losses, ref_losses = [], []
     with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
-        for step in range(5):
-            for micro in range(2):  # two backwards accumulate into .grad
-                x = torch.randn(8, 16)
-                loss = compiled(x).square().mean()
-                loss.backward()
-                ref_loss = ref(x).square().mean()
-                ref_loss.backward()
-                losses.append(loss)
-                ref_losses.append(ref_loss)
-            for p, q in zip(model.parameters(), ref.parameters()):
-                torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
-            for o in (opt, ref_opt):
-                o.step()
-                o.zero_grad(set_to_none=set_to_none)
-    torch.testing.assert_close(torch.stack(losses), torch.stack(ref_losses), rtol=1e-5, atol=1e-6)
+        accumulating_steps(compiled, model, ref, lambda: torch.randn(8, 16), 5, set_to_none, rtol=1e-5, atol=1e-6)
     recorded = [r.getMessage() for r in caplog.records if "is recorded as CUDA graph" in r.getMessage()]
     # the forward once; the backward once, or twice where .grad is set to None: then the first
     # micro-batch's gradients go into .grad (the first recording's memory), so the second

@@ -9,7 +9,7 @@ from torch import fx
 from nvfuser_dtensor_backend.cuda_graphs import skip_reason
 from nvfuser_dtensor_backend.options import Options, OptionsError
 
-from helpers import DEVICE, compile_fn, randn
+from helpers import DEVICE, accumulating_steps, compile_fn, randn
 
 gpu = pytest.mark.gpu
 
@@ -214,25 +214,9 @@ def test_default_options_capture_and_keep_losses_and_accumulated_gradients(caplo
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).to(DEVICE)
     ref = __import__("copy").deepcopy(model)
-    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, ref))
     with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
         compiled = compile_fn(model)
-        losses, ref_losses = [], []
-        for step in range(6):
-            for micro in range(2):  # two backwards accumulate into .grad
-                x = randn(16, 64)
-                loss = compiled(x).square().mean()
-                loss.backward()
-                ref_loss = ref(x).square().mean()
-                ref_loss.backward()
-                losses.append(loss)
-                ref_losses.append(ref_loss)
-            for p, q in zip(model.parameters(), ref.parameters()):
-                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
-            for o in (opt, ref_opt):
-                o.step()
-                o.zero_grad(set_to_none=False)
-    torch.testing.assert_close(torch.stack(losses), torch.stack(ref_losses), rtol=1e-4, atol=1e-5)
+        accumulating_steps(compiled, model, ref, lambda: randn(16, 64), 6, False, rtol=1e-4, atol=1e-5)
     assert _captured(caplog) == 2  # forward and backward, by default
 
 

@@ -256,19 +256,7 @@ def _check_gather(node: fx.Node) -> str | None:
         return f"index of dtype {index.dtype}"
     if _is_symbolic(node.args[1]):
         return "symbolic dim"
-    extent = src.shape[canonical_dim(node.args[1], src.dim())]
-    if isinstance(extent, int) and extent % 2 and extent >= ODD_GATHER_LIMIT:
-        # On the H200 every loss region that gathered along a wide odd class dim failed to
-        # compile (GPT-2's 50257, RoBERTa's and BART's 50265: validation.cpp:1559, a vectorized
-        # access next to the GatherOp) and fell back whole; even ones (30522 to 151936) and the
-        # tests' narrow odd ones compile. Left to PyTorch, the gather splits the region and the
-        # log_softmax before it stays fused.
-        return (f"a gather along an odd dim of extent {extent} does not compile in nvFuser 0.2.36 "
-                "(validation.cpp:1559, docs/nvfuser_faults.md item 7)")
     return None
-
-
-ODD_GATHER_LIMIT = 1024  # odd gathered extents from here on stay in PyTorch (_check_gather)
 
 
 # Note [One-hot scatter]

@@ -159,18 +159,6 @@ def test_cross_entropy_backward_over_a_huge_vocabulary_stays_in_pytorch():
     assert "aten._log_softmax.default" in ops
 
 
-def test_a_loss_over_a_wide_odd_vocabulary_gathers_in_pytorch():
-    # _check_gather: GPT-2's 50257 classes; the gather stays out, log_softmax and the rest fuse
-    from helpers import fused_ops
-
-    logits = randn(6, 2049, requires_grad=True)
-    labels = torch.randint(0, 2049, (6,), device=logits.device)
-    check_parity(lambda x, y: torch.nn.functional.cross_entropy(x.float() * 2, y), logits, labels, backward=True,
-                 fused=False)
-    ops = fused_ops()
-    assert "aten.gather.default" not in ops and "aten._log_softmax.default" in ops
-
-
 def test_gather_int32_index():
     x = randn(3, 8, dtype=torch.bfloat16)
     check_parity(lambda x, i: torch.gather(x * 2, 1, i) - 1, x, _index((3, 5), 8).int(),
