@@ -65,11 +65,9 @@ NOT_CAPTURED: dict[str, int] = {}  # why graphs were left uncaptured (cuda_graph
 _MADE: dict[int, int] = {}
 
 
-class GraphError(Exception):
-    """Marks an exception raised by the compiled graph itself (not by capture)."""
-
-
-def _own_errors(compiled: Callable) -> Callable:
+def marking_graph_errors(compiled: Callable) -> Callable:
+    """``compiled`` with the exceptions it raises marked as the graph's own, so that the code
+    around a capture (``is_graph_error``) lets them through instead of turning capture off."""
     def run(args: list) -> Any:
         try:
             return compiled(args)
@@ -78,6 +76,11 @@ def _own_errors(compiled: Callable) -> Callable:
             raise
 
     return run
+
+
+def is_graph_error(e: BaseException) -> bool:
+    """Whether ``e`` came from the compiled graph itself (``marking_graph_errors``)."""
+    return getattr(e, "_nvfuser_dtensor_graph_error", False)
 
 
 class CudaCapture:
@@ -202,9 +205,13 @@ class GraphRunner:
         self.recordings: dict[tuple, list[_Recording]] = {}
         self.warmed_up = False  # the first call runs as it is (cudagraph trees also warm up once)
         self.last: _Recording | None = None
-        self.count = 0
         self.full_logged = False
         self._boxed_call = True
+
+    @property
+    def count(self) -> int:
+        """Recordings made so far (at most ``MAX_GRAPHS``)."""
+        return sum(len(recs) for recs in self.recordings.values())
 
     def __call__(self, args: list) -> Any:
         last = self.last
@@ -249,7 +256,7 @@ class GraphRunner:
         try:
             rec = self._record(args)
         except Exception as e:  # noqa: BLE001 - any failure of the capture machinery
-            if getattr(e, "_nvfuser_dtensor_graph_error", False):
+            if is_graph_error(e):
                 raise
             from .region import _first_line
 
@@ -261,7 +268,6 @@ class GraphRunner:
         rec.set_alone()
         STATS["recorded"] += 1
         self.recordings.setdefault(key, []).append(rec)
-        self.count += 1
         self.last = rec
         log.info("nvfuser_dtensor: the %s graph is recorded as CUDA graph %d (%d inputs in place, %d copied)",
                  self.kind, self.count, len(rec.key_idx), len(rec.copies))
@@ -279,20 +285,20 @@ class GraphRunner:
                 copies.append((i, buffer))
                 inputs[i] = buffer
         args.clear()
-        replay, outputs = self.capture.record(_own_errors(self.compiled), inputs)
+        replay, outputs = self.capture.record(marking_graph_errors(self.compiled), inputs)
         in_place = self.static + [i for i, _ in extra]
         static_storages = {_storage_key(inputs[i]) for i in in_place if isinstance(inputs[i], torch.Tensor)}
         copied_storages = {_storage_key(b) for _, b in copies}
         # a backward's gradients are watched, not copied (AccumulateGrad takes them)
         escaping = 0 if self.kind == "backward" else len(outputs) if self.escaping is None else self.escaping
+        keys = [_storage_key(o) if isinstance(o, torch.Tensor) else None for o in outputs]
         cloned, by_storage, watched_idx = [], {}, []
-        for i, o in enumerate(outputs):
+        for i, (o, where) in enumerate(zip(outputs, keys)):
             if not isinstance(o, torch.Tensor):
                 continue
             if o.untyped_storage().nbytes() == 0:
                 cloned.append(i)  # nothing to alias or keep
                 continue
-            where = _storage_key(o)
             if self.kind == "backward" and (where in static_storages or where in copied_storages):
                 by_storage.setdefault(where, []).append(i)  # an input passed through: copied out
             elif where in static_storages:
@@ -305,10 +311,8 @@ class GraphRunner:
             else:
                 by_storage.setdefault(where, []).append(i)
         rebuilt = []
-        for group in by_storage.values():
-            shared = sum(1 for j, o in enumerate(outputs) if isinstance(o, torch.Tensor)
-                         and _storage_key(o) == _storage_key(outputs[group[0]]))
-            if len(group) == 1 and shared == 1 and _plain_copy(outputs[group[0]]):
+        for where, group in by_storage.items():
+            if len(group) == 1 and keys.count(where) == 1 and _plain_copy(outputs[group[0]]):
                 cloned.append(group[0])
             else:
                 rebuilt.append(group)

@@ -1,6 +1,6 @@
 """``options.cuda_graphs``: the compiled forward and backward replayed as CUDA graphs.
 
-Which graphs are captured is decided here (``wants_cuda_graphs``, ``skip_reason``); how, by
+Which graphs are captured is decided here (``refusal``, ``skip_reason``); how, by
 the backend's own runner (cuda_graph_runner.py, Note [CUDA graphs of our own]), the
 default, or with ``cuda_graphs="trees"`` by PyTorch's cudagraph trees, as below.
 
@@ -55,6 +55,8 @@ from typing import Any, Callable
 import torch
 from torch import fx
 
+from .cuda_graph_runner import NOT_CAPTURED, CudaCapture, GraphRunner, is_graph_error, marking_graph_errors
+
 log = logging.getLogger("nvfuser_dtensor_backend")
 
 CHOICES = (True, False, "auto", "trees")  # options.cuda_graphs
@@ -94,14 +96,12 @@ def consuming(compiled: Callable) -> Callable:
     the generated code of AOTAutograd's boxed functions does). An exception of the graph
     itself is marked, so that ``_falling_back`` lets it through."""
 
+    marked = marking_graph_errors(compiled)
+
     def run(args: list) -> Any:
         mine = list(args)
         args.clear()
-        try:
-            return compiled(mine)
-        except Exception as e:
-            e._nvfuser_dtensor_graph_error = True
-            raise
+        return marked(mine)
 
     run._boxed_call = True
     return run
@@ -171,8 +171,6 @@ class CudaGraphs:
                         "it runs as it is", why)
 
     def _runner(self, kind: str, compiled: Callable, static: list[int], escaping: int | None) -> Callable:
-        from .cuda_graph_runner import GraphRunner
-
         if self._capture is None:
             self._capture = capture_class(self.device_index or 0)
         return GraphRunner(kind, compiled, static, escaping, self._capture, self._fail,
@@ -273,7 +271,7 @@ class CudaGraphs:
             try:
                 return replay(args)
             except Exception as e:  # noqa: BLE001 - any failure of the capture machinery
-                if getattr(e, "_nvfuser_dtensor_graph_error", False):
+                if is_graph_error(e):
                     raise  # the graph's own (an error, a warning turned into one): as without capture
                 from .region import _first_line
 
@@ -286,13 +284,7 @@ class CudaGraphs:
         return run
 
 
-def _cuda_capture(device_index: int):
-    from .cuda_graph_runner import CudaCapture
-
-    return CudaCapture(device_index)
-
-
-capture_class: Callable[[int], Any] = _cuda_capture  # tests on the CPU put a replay-by-rerun capture here
+capture_class: Callable[[int], Any] = CudaCapture  # tests on the CPU put a replay-by-rerun capture here
 
 
 def refusal(option: Any, example_inputs) -> str | None:
@@ -317,14 +309,7 @@ def refusal(option: Any, example_inputs) -> str | None:
     return None
 
 
-def wants_cuda_graphs(option: Any, example_inputs) -> bool:
-    """Whether ``options.cuda_graphs`` asks for capture of this dynamo graph (see the Note)."""
-    return refusal(option, example_inputs) is None
-
-
 def note_uncaptured(why: str) -> None:
     """Counts why a graph with CUDA tensors runs uncaptured (``cuda_graph_stats()``)."""
-    from .cuda_graph_runner import NOT_CAPTURED
-
     key = why.splitlines()[0][:200] if why else "unknown"
     NOT_CAPTURED[key] = NOT_CAPTURED.get(key, 0) + 1

@@ -8,11 +8,8 @@
 # 3. the fusion suite's small size against inductor and its reduce-overhead mode;
 # 4. the zoo for ZOO_MODELS (default gpt2,llama,vit_s16: the models issue 13 names), ZOO_JOBS
 #    at once, with our runner, cudagraph trees, inductor and reduce-overhead.
-set -uo pipefail
-out="${OUT:-/tmp/gpu-cg}"; w="$out/work"; mkdir -p "$w/logs"
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-deps --no-build-isolation . > "$w/logs/install.log" 2>&1 || { tail -20 "$w/logs/install.log"; exit 1; }
-python3 scripts/gpu_nvfuser_abi_fix.py > "$w/logs/abi_fix.log" 2>&1 && export NVFUSER_ABI_FIXED=1
+out="${OUT:-/tmp/gpu-cg}"; w="$out/work"
+source scripts/gpu_prelude.sh "$w/logs"
 timeout "${TESTS_TIMEOUT:-150}" python3 -m pytest -q -p no:cacheprovider -rfEs tests/test_cuda_graphs.py \
   tests/test_cuda_graph_runner.py "tests/translators/test_shape.py::test_slice_scatter_of_a_size1_source" \
   "tests/distributed/test_tensor_parallel.py::test_global_view_opt_in_on_the_visible_gpus" > "$w/logs/gpu_tests.log" 2>&1

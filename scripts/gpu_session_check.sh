@@ -12,11 +12,8 @@
 # - issue 13: the fusion suite's small size (call overhead; tiny bias+gelu) against inductor
 #   and its reduce-overhead mode.
 # SESSION_ZOO_TIMEOUT, SESSION_SUITE_BUDGET override the bounds.
-set -uo pipefail
-out="${OUT:-/tmp/gpu-session}"; w="$out/work"; mkdir -p "$w/logs"
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-deps --no-build-isolation . > "$w/logs/install.log" 2>&1 || { tail -20 "$w/logs/install.log"; exit 1; }
-python3 scripts/gpu_nvfuser_abi_fix.py > "$w/logs/abi_fix.log" 2>&1 && export NVFUSER_ABI_FIXED=1
+out="${OUT:-/tmp/gpu-session}"; w="$out/work"
+source scripts/gpu_prelude.sh "$w/logs"
 zt="${SESSION_ZOO_TIMEOUT:-300}"
 zoo() {  # zoo NAME BACKENDS
   timeout "$zt" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real --jobs 13 \

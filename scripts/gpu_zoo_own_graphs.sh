@@ -3,11 +3,8 @@
 # backend's own CUDA-graph runner (every model in its own process, all 13 at once, so step
 # times are rough) against inductor and its reduce-overhead mode, next to the GPU tests and
 # the top kernels of GPT-2's training step; everything in $OUT/all.tgz plus printed tables.
-set -uo pipefail
-out="${OUT:-/tmp/gpu-zoo-own}"; w="$out/work"; mkdir -p "$w/logs"
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-deps --no-build-isolation . > "$w/logs/install.log" 2>&1 || { tail -20 "$w/logs/install.log"; exit 1; }
-python3 scripts/gpu_nvfuser_abi_fix.py > "$w/logs/abi_fix.log" 2>&1 && export NVFUSER_ABI_FIXED=1
+out="${OUT:-/tmp/gpu-zoo-own}"; w="$out/work"
+source scripts/gpu_prelude.sh "$w/logs"
 zt="${ZOO_TIMEOUT:-430}"
 timeout "$zt" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real --jobs 13 \
   --timeout-s "$((zt - 15))" --warmup 3 --iters 10 --backends "${ZOO_BACKENDS:-inductor,inductor:reduce-overhead,nvfuser_dtensor}" \

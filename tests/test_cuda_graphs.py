@@ -56,18 +56,15 @@ def test_the_compiled_function_empties_the_list_it_is_handed():
 def test_auto_captures_cuda_graphs_with_static_shapes_only():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from nvfuser_dtensor_backend.cuda_graphs import wants_cuda_graphs
-
-    cpu = [torch.randn(2, 3)]
-    assert not wants_cuda_graphs("auto", cpu) and wants_cuda_graphs(True, cpu) and not wants_cuda_graphs(False, cpu)
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        cuda = [torch.empty(2, 3, device="cuda"), torch.empty(3, device="cuda")]
-        assert wants_cuda_graphs("auto", cuda)
-        assert not wants_cuda_graphs("auto", cuda + cpu)  # a CPU tensor among them
-    assert not wants_cuda_graphs("auto", [1, 2.0])  # no tensor at all
     from nvfuser_dtensor_backend.cuda_graphs import refusal
 
+    cpu = [torch.randn(2, 3)]
     assert refusal("auto", cpu).startswith("inputs not on CUDA") and refusal(False, cpu) and refusal(True, cpu) is None
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        cuda = [torch.empty(2, 3, device="cuda"), torch.empty(3, device="cuda")]
+        assert refusal("auto", cuda) is None
+        assert refusal("auto", cuda + cpu) is not None  # a CPU tensor among them
+    assert refusal("auto", [1, 2.0]) is not None  # no tensor at all
 
 
 def test_outputs_that_reach_the_user_are_copied_out_of_the_graph():
