@@ -2,7 +2,8 @@
 # One device call (about 8 minutes), after `source .device/setup.sh`: the model zoo with the
 # backend's own CUDA-graph runner (every model in its own process, all 13 at once, so step
 # times are rough) against inductor and its reduce-overhead mode, next to the GPU tests and
-# the top kernels of GPT-2's training step; everything in $OUT/all.tgz plus printed tables.
+# the top kernels of GPT-2's training step (REGION_ERRORS="gpt2 roberta": the whole nvFuser
+# errors of those models' fallback regions, scripts/gpu_region_errors.py); everything in $OUT/all.tgz plus printed tables.
 out="${OUT:-/tmp/gpu-zoo-own}"; w="$out/work"
 source scripts/gpu_prelude.sh "$w/logs"
 zt="${ZOO_TIMEOUT:-430}"
@@ -12,6 +13,9 @@ timeout "$zt" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size
 timeout 400 python3 -m pytest -q -p no:cacheprovider -rfEs ${GPU_TESTS:-tests/test_cuda_graphs.py tests/test_cuda_graph_runner.py \
   tests/test_gpu_layouts.py tests/translators/test_shape.py tests/test_pad_matmul.py \
   tests/distributed/test_tensor_parallel.py} > "$w/logs/gpu_tests.log" 2>&1 &
+for m in ${REGION_ERRORS:-}; do  # whole nvFuser errors of the regions that fall back, definitions dumped
+  NVFUSER_DISABLE=parallel_compile timeout 300 python3 scripts/gpu_region_errors.py "$m" --dump "$w/dumps/$m" > "$w/logs/region_errors_$m.log" 2>&1 &
+done
 timeout 300 python3 scripts/gpu_top_kernels.py gpt2 --backends inductor,nvfuser_dtensor --top 15 > "$w/logs/top_gpt2.log" 2>&1 &
 wait
 timeout "${OVERHEAD_TIMEOUT:-60}" python3 scripts/gpu_call_overhead.py --calls 300 \
@@ -26,6 +30,7 @@ for r in json.load(open(sys.argv[1]))["rows"]:
     for f in r.get("fallback_all") or []:
         print("fallback", r["case"], r["mode"], r["backend"], f[:260])
 PY
+for m in ${REGION_ERRORS:-}; do echo "== region errors $m"; grep -vE "Warning|warn\(" "$w/logs/region_errors_$m.log" | cut -c1-400 | head -60; done
 echo "== call overhead"; grep -E "us/call" "$w/logs/call_overhead.log"
 echo "== top kernels, GPT-2 train"; cut -c1-170 "$w/logs/top_gpt2.log" | grep -vE "Warning|warn" | tail -45
 rm -rf "$w"
