@@ -16,7 +16,7 @@ Rows (model x mode x backend): ``case``, ``mode`` (train/infer), ``backend``, ``
 CUDA events on CUDA), ``first_call_s`` (the first compiled step: compile), ``loss_err``,
 ``grad_err`` (see benchmarks/zoo_check.py), ``speedup_vs_inductor`` (inductor's step_ms /
 ours), ``peak_mem_mb``, ``reserved_mb`` (``_reserved_baseline``), ``kernels`` and ``kernel_ms`` (CUDA: GPU activities of one profiled step
-and their summed time, next to ``step_ms`` the host's share), ``regions``, ``fallbacks`` and
+and their summed time, next to ``step_ms`` the host's share), ``graphs`` (compiled aten graphs: forward, backward, inference), ``regions``, ``fallbacks`` and
 ``fallback_first`` (nvfuser_dtensor).
 Writes results.json (``{"environment", "rows"}``), results.csv, summary.md and speedup.png.
 """
@@ -104,7 +104,7 @@ def _nvf_stats(caught: list[str]) -> dict:
     reports = nb.reports()
     reasons = list(dict.fromkeys(caught)) or [f"region {region.name}: {region.fallback_reason}"
                                               for r in reports for region in r.regions if region.fallback_reason]
-    return dict(regions=sum(len(r.partition.regions) for r in reports), fallbacks=len(reasons),
+    return dict(graphs=len(reports), regions=sum(len(r.partition.regions) for r in reports), fallbacks=len(reasons),
                 fallback_first=reasons[0] if reasons else "", fallback_all=[_gist(r) for r in reasons])
 
 

@@ -65,6 +65,12 @@ NOT_CAPTURED: dict[str, int] = {}  # why graphs were left uncaptured (cuda_graph
 _MADE: dict[int, int] = {}
 
 
+def note_uncaptured(why: str) -> None:
+    """Counts why a graph with CUDA tensors runs uncaptured (``cuda_graph_stats()``)."""
+    key = why.splitlines()[0][:200] if why else "unknown"
+    NOT_CAPTURED[key] = NOT_CAPTURED.get(key, 0) + 1
+
+
 def marking_graph_errors(compiled: Callable) -> Callable:
     """``compiled`` with the exceptions it raises marked as the graph's own, so that the code
     around a capture (``is_graph_error``) lets them through instead of turning capture off."""
@@ -155,8 +161,8 @@ class _Recording:
         return not self.watched or self._holders() == self.alone
 
 
-def _storage_key(t: torch.Tensor) -> tuple[int, int]:
-    return t.untyped_storage().data_ptr(), t.device.index or 0
+def _storage_key(t: torch.Tensor) -> tuple[int, str, int]:
+    return t.untyped_storage().data_ptr(), t.device.type, t.device.index or 0
 
 
 def _dense(t: torch.Tensor) -> bool:
@@ -249,6 +255,7 @@ class GraphRunner:
             STATS["uncaptured_calls"] += 1
             if not self.full_logged:
                 self.full_logged = True
+                note_uncaptured(f"{self.kind}: {MAX_GRAPHS} recordings, none free for the inputs")
                 log.warning("nvfuser_dtensor: the %s graph has %d CUDA graphs recorded, none free for these inputs; "
                          "calls like this one run uncaptured", self.kind, self.count)
             return self.compiled(args)
@@ -292,12 +299,13 @@ class GraphRunner:
         # a backward's gradients are watched, not copied (AccumulateGrad takes them)
         escaping = 0 if self.kind == "backward" else len(outputs) if self.escaping is None else self.escaping
         keys = [_storage_key(o) if isinstance(o, torch.Tensor) else None for o in outputs]
+        device = next((a.device for a in inputs if isinstance(a, torch.Tensor)), None)  # the graph's
         cloned, by_storage, watched_idx = [], {}, []
         for i, (o, where) in enumerate(zip(outputs, keys)):
             if not isinstance(o, torch.Tensor):
                 continue
-            if o.untyped_storage().nbytes() == 0:
-                cloned.append(i)  # nothing to alias or keep
+            if o.untyped_storage().nbytes() == 0 or o.device != device:
+                cloned.append(i)  # nothing to alias or keep; a CPU value made from constants
                 continue
             if self.kind == "backward" and (where in static_storages or where in copied_storages):
                 by_storage.setdefault(where, []).append(i)  # an input passed through: copied out

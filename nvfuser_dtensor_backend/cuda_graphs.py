@@ -55,7 +55,7 @@ from typing import Any, Callable
 import torch
 from torch import fx
 
-from .cuda_graph_runner import NOT_CAPTURED, CudaCapture, GraphRunner, is_graph_error, marking_graph_errors
+from .cuda_graph_runner import CudaCapture, GraphRunner, is_graph_error, marking_graph_errors, note_uncaptured
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
@@ -66,23 +66,59 @@ def _symbolic(inputs) -> bool:
     return any(isinstance(s, torch.SymInt) for a in inputs if isinstance(a, torch.Tensor) for s in a.shape)
 
 
-def skip_reason(gm: fx.GraphModule, inputs, static: list[int]) -> str | None:
+def cpu_nodes_reason(gm: fx.GraphModule) -> str | None:
+    """Why the CPU values of ``gm`` (a graph whose inputs are all on the GPU) keep it from our
+    runner, or None. A CPU value that comes from constants and factories alone (T5's and BART's
+    lifted ``_tensor_constant0``, a position bucket computed on the CPU) is the same on every
+    call: the recording computes it once and the replays need nothing from it. One that is
+    read from the GPU (a host sync), an input on the CPU, or a random op on the CPU (it would
+    be drawn once) is not."""
+    for n in gm.graph.nodes:
+        val = n.meta.get("val")
+        if not (isinstance(val, torch.Tensor) and val.device.type == "cpu"):
+            continue
+        if n.op == "placeholder":
+            return f"an input on the CPU ({n.name})"
+        target = n.target
+        if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
+            return f"a random op on the CPU ({n.name})"
+        for a in n.all_input_nodes:
+            av = a.meta.get("val")
+            if isinstance(av, torch.Tensor) and av.device.type not in ("cpu", "meta"):
+                return f"a value copied from the GPU to the CPU ({n.name})"
+    return None
+
+
+def skip_reason(gm: fx.GraphModule, inputs, static: list[int], cpu_constants: bool = False) -> str | None:
     """Why the aten graph ``gm`` cannot be captured, or None. ``static``: the indices of the
-    inputs used in place (parameters, buffers, saved values), which may be mutated."""
+    inputs used in place (parameters, buffers, saved values), which may be mutated.
+    ``cpu_constants``: CPU values made from constants alone are allowed (``cpu_nodes_reason``;
+    our runner; cudagraph trees refuse any CPU value)."""
     if _symbolic(inputs):
         return "symbolic shapes (dynamic=True)"
     from torch._dynamo import config as dynamo_config
-    from torch._dynamo.backends.cudagraphs import check_for_skip, find_input_mutations
-    from torch._inductor.cudagraph_utils import get_mutation_stack_trace, get_placeholder_info
+    from torch._dynamo.backends.cudagraphs import check_for_skip, find_input_mutations, get_device_node_mapping
+    from torch._inductor.cudagraph_utils import (check_multiple_devices_or_any_cpu_nodes, get_mutation_stack_trace,
+                                                 get_placeholder_info)
+    from torch._inductor.utils import get_first_incompatible_cudagraph_node
 
     try:
         mutated = find_input_mutations(gm.graph) - set(static)
         if mutated:
             return get_mutation_stack_trace(get_placeholder_info(gm.graph), mutated)
-        # CPU nodes, ops that sync; mutations of the static inputs were allowed just above
-        # (check_for_skip would take the first ``num_fixed`` inputs as the static ones).
-        with dynamo_config.patch(cudagraph_backend_support_input_mutation=True):
-            why = check_for_skip(gm, 0)
+        if cpu_constants:
+            why = cpu_nodes_reason(gm)
+            if why is None:
+                devices = get_device_node_mapping(gm)
+                devices.pop(torch.device("cpu"), None)
+                why = check_multiple_devices_or_any_cpu_nodes(devices)
+            if why is None and (node := get_first_incompatible_cudagraph_node(gm)) is not None:
+                why = f"incompatible op ({node.name})"
+        else:
+            # CPU nodes, ops that sync; mutations of the static inputs were allowed just above
+            # (check_for_skip would take the first ``num_fixed`` inputs as the static ones).
+            with dynamo_config.patch(cudagraph_backend_support_input_mutation=True):
+                why = check_for_skip(gm, 0)
     except Exception as e:  # pragma: no cover - depends on the torch version
         why = f"the capture check failed: {type(e).__name__}: {e}"
     if why is None and not torch.cuda.is_available():
@@ -167,6 +203,7 @@ class CudaGraphs:
         """Our runner's capture failed: this graph and its partner run uncaptured from now on."""
         if self.failed is None:
             self.failed = why
+            note_uncaptured(f"capture failed: {why}")
             log.warning("nvfuser_dtensor: CUDA graphs are off for this compiled graph from now on: %s; "
                         "it runs as it is", why)
 
@@ -201,7 +238,7 @@ class CudaGraphs:
             from torch._inductor.utils import num_fw_fixed_arguments
 
             static = get_static_input_idxs(num_fw_fixed_arguments(self.num_dynamo_inputs, len(inputs)))
-        why = skip_reason(gm, inputs, static)
+        why = skip_reason(gm, inputs, static, cpu_constants=not self.trees)
         if why is not None:
             log.log(self.log_level, "nvfuser_dtensor: the %s graph runs without CUDA graphs: %s", kind, why)
             note_uncaptured(f"{kind}: {why}")
@@ -276,6 +313,7 @@ class CudaGraphs:
                 from .region import _first_line
 
                 self.failed = f"{type(e).__name__}: {_first_line(e)[:300]}"
+                note_uncaptured(f"capture failed: {self.failed}")
                 log.warning("nvfuser_dtensor: CUDA graphs are off for this compiled graph from now on: its %s "
                             "raised in the cudagraph trees (%s); it runs as it is", kind, self.failed)
                 return plain(kept)
@@ -307,9 +345,3 @@ def refusal(option: Any, example_inputs) -> str | None:
     if _symbolic(example_inputs):
         return "symbolic shapes (dynamic=True)"
     return None
-
-
-def note_uncaptured(why: str) -> None:
-    """Counts why a graph with CUDA tensors runs uncaptured (``cuda_graph_stats()``)."""
-    key = why.splitlines()[0][:200] if why else "unknown"
-    NOT_CAPTURED[key] = NOT_CAPTURED.get(key, 0) + 1

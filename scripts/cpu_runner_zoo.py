@@ -31,7 +31,7 @@ def main() -> int:
     p.add_argument("--models", default=",".join(n for n in zoo.NAMES if n != "bert_dropout"))
     args = p.parse_args()
     cuda_graphs.capture_class = ReplayByRerun
-    cuda_graphs.skip_reason = lambda gm, inputs, static: None
+    cuda_graphs.skip_reason = lambda gm, inputs, static, **kw: None
     bad = 0
     for name in args.models.split(","):
         zm = zoo.build(name, "tiny", "cpu", torch.float32)

@@ -1,6 +1,7 @@
 """Why a zoo model's regions fall back on the GPU: each failing region's whole nvFuser error.
 
     NVFUSER_DISABLE=parallel_compile python scripts/gpu_region_errors.py gpt2 --dump DIR [--mode train]
+    python scripts/gpu_region_errors.py bart --steps 6 --info   # step times, graphs, what is captured
 
 The zoo rows keep one line of each fallback reason; nvFuser's parallel compile hides the
 failing segment's own error behind a preamble. This runs one compiled step of the model with
@@ -30,7 +31,14 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--dump", default=None, help="write every region's definition there")
     p.add_argument("--chars", type=int, default=4000, help="print at most this much of each error")
+    p.add_argument("--steps", type=int, default=1, help="steps to run and time (the first compiles)")
+    p.add_argument("--info", action="store_true", help="the backend's INFO log lines (what is captured, and why not)")
     args = p.parse_args(argv)
+    if args.info:
+        import logging
+
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+        logging.getLogger("nvfuser_dtensor_backend").setLevel(logging.INFO)
     from nvfuser_dtensor_backend import region as region_mod
 
     original = region_mod.FusedRegion._fail
@@ -46,9 +54,19 @@ def main(argv=None) -> int:
     zm = zoo.build(args.model, args.size, device, getattr(torch, args.dtype))
     batch = zm.make_inputs(0)
     model = zoo_check.compile_model(zm.model, "nvfuser_dtensor", {"dump_dir": args.dump} if args.dump else None)
-    zoo_check.seeded_step(model, zm, batch, args.mode == "train", 0, collect=False)
-    if device == "cuda":
-        torch.cuda.synchronize()
+    import time
+
+    import nvfuser_dtensor_backend as nb
+
+    for i in range(args.steps):
+        start = time.perf_counter()
+        zoo_check.seeded_step(model, zm, batch, args.mode == "train", 0, collect=False)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        print(f"step {i}: {(time.perf_counter() - start) * 1e3:.1f} ms", flush=True)
+    kinds = [getattr(r, "kind", "?") for r in nb.reports()]
+    print(f"compiled graphs: {len(kinds)} {kinds}; regions: {sum(len(r.regions) for r in nb.reports())}")
+    print(f"cuda_graph_stats: {nb.cuda_graph_stats()}")
     print("done")
     return 0
 

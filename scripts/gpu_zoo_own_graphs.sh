@@ -3,11 +3,13 @@
 # backend's own CUDA-graph runner (every model in its own process, all 13 at once, so step
 # times are rough) against inductor and its reduce-overhead mode, next to the GPU tests and
 # the top kernels of GPT-2's training step (REGION_ERRORS="gpt2 roberta": the whole nvFuser
-# errors of those models' fallback regions, scripts/gpu_region_errors.py); everything in $OUT/all.tgz plus printed tables.
+# errors of those models' fallback regions, scripts/gpu_region_errors.py; DIAG="bart": step times
+# and what is captured; ZOO_MODELS, ZOO_JOBS, ZOO_BACKENDS narrow the zoo; OVERHEAD_TIMEOUT=0 skips
+# the call overhead); everything in $OUT/all.tgz plus printed tables.
 out="${OUT:-/tmp/gpu-zoo-own}"; w="$out/work"
 source scripts/gpu_prelude.sh "$w/logs"
 zt="${ZOO_TIMEOUT:-430}"
-timeout "$zt" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real --jobs 13 \
+timeout "$zt" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real --jobs "${ZOO_JOBS:-13}" --models "${ZOO_MODELS:-}" \
   --timeout-s "$((zt - 15))" --warmup 3 --iters 10 --backends "${ZOO_BACKENDS:-inductor,inductor:reduce-overhead,nvfuser_dtensor}" \
   --out "$w/h200_models" > "$w/logs/zoo.log" 2>&1 &
 timeout 400 python3 -m pytest -q -p no:cacheprovider -rfEs ${GPU_TESTS:-tests/test_cuda_graphs.py tests/test_cuda_graph_runner.py \
@@ -16,9 +18,12 @@ timeout 400 python3 -m pytest -q -p no:cacheprovider -rfEs ${GPU_TESTS:-tests/te
 for m in ${REGION_ERRORS:-}; do  # whole nvFuser errors of the regions that fall back, definitions dumped
   NVFUSER_DISABLE=parallel_compile timeout 300 python3 scripts/gpu_region_errors.py "$m" --dump "$w/dumps/$m" > "$w/logs/region_errors_$m.log" 2>&1 &
 done
+for m in ${DIAG:-}; do  # step times, compiled graphs and what is captured (INFO log lines), training steps
+  TORCH_LOGS=graph_breaks timeout 300 python3 scripts/gpu_region_errors.py "$m" --steps 8 --info > "$w/logs/diag_$m.log" 2>&1 &
+done
 timeout 300 python3 scripts/gpu_top_kernels.py gpt2 --backends inductor,nvfuser_dtensor --top 15 > "$w/logs/top_gpt2.log" 2>&1 &
 wait
-timeout "${OVERHEAD_TIMEOUT:-60}" python3 scripts/gpu_call_overhead.py --calls 300 \
+[ "${OVERHEAD_TIMEOUT:-60}" != 0 ] && timeout "${OVERHEAD_TIMEOUT:-60}" python3 scripts/gpu_call_overhead.py --calls 300 \
   --backends eager,inductor,inductor:reduce-overhead,nvfuser_dtensor,nvfuser_dtensor:no_cuda_graphs > "$w/logs/call_overhead.log" 2>&1
 tar -czf "$out/all.tgz" -C "$w" .
 echo "== GPU tests"; grep -E "^(FAILED|ERROR)|passed|failed" "$w/logs/gpu_tests.log" | tail -12
@@ -31,6 +36,7 @@ for r in json.load(open(sys.argv[1]))["rows"]:
         print("fallback", r["case"], r["mode"], r["backend"], f[:260])
 PY
 for m in ${REGION_ERRORS:-}; do echo "== region errors $m"; grep -vE "Warning|warn\(" "$w/logs/region_errors_$m.log" | cut -c1-400 | head -60; done
+for m in ${DIAG:-}; do echo "== diag $m"; grep -E "^step|^compiled|^cuda_graph_stats|CUDA graph|without CUDA|uncaptured|graph break|Graph break" "$w/logs/diag_$m.log" | cut -c1-300 | head -40; done
 echo "== call overhead"; grep -E "us/call" "$w/logs/call_overhead.log"
 echo "== top kernels, GPT-2 train"; cut -c1-170 "$w/logs/top_gpt2.log" | grep -vE "Warning|warn" | tail -45
 rm -rf "$w"

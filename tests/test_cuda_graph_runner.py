@@ -115,13 +115,15 @@ def test_outputs_that_reach_the_user_are_copies_and_keep_their_values():
 def test_a_live_saved_output_makes_another_recording_never_an_overwrite():
     f, _ = _counting(lambda w, x: [x.sum(), x * w])
     runner, _ = _runner(f)
+    nb.cuda_graph_stats(clear=True)
     w = torch.randn(5)
     runner([w, torch.randn(5)])  # warm-up
     xs = [torch.randn(5) for _ in range(MAX_GRAPHS + 2)]
     held = [runner([w, x])[1] for x in xs]  # every saved output still alive (no backward yet)
     for x, s in zip(xs, held):
         torch.testing.assert_close(s, x * w)
-    assert runner.count == MAX_GRAPHS  # then calls run uncaptured
+    assert runner.count == MAX_GRAPHS  # then calls run uncaptured, and cuda_graph_stats() says why
+    assert any("recordings, none free" in why for why in nb.cuda_graph_stats()["not_captured"])
     del held
     x = torch.randn(5)
     torch.testing.assert_close(runner([w, x])[1], x * w)  # all free again: a replay
@@ -224,7 +226,7 @@ def test_views_of_one_storage_are_copied_out_together():
 def captured_on_cpu(monkeypatch):
     """The backend's capture decisions and runner, with ``ReplayByRerun`` for the GPU."""
     monkeypatch.setattr(cuda_graphs, "capture_class", ReplayByRerun)
-    monkeypatch.setattr(cuda_graphs, "skip_reason", lambda gm, inputs, static: None)
+    monkeypatch.setattr(cuda_graphs, "skip_reason", lambda gm, inputs, static, **kw: None)
     ReplayByRerun.records = 0
     return ReplayByRerun
 

@@ -5,6 +5,7 @@ import logging
 import pytest
 import torch
 from torch import fx
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from nvfuser_dtensor_backend.cuda_graphs import skip_reason
 from nvfuser_dtensor_backend.options import Options, OptionsError
@@ -24,7 +25,6 @@ def test_option_is_checked():
 
 def _aten_graph(fn, *args) -> fx.GraphModule:
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.proxy_tensor import make_fx
 
     with FakeTensorMode() as mode:
         fake = [mode.from_tensor(a) for a in args]
@@ -227,3 +227,32 @@ def test_dropout_draws_new_numbers_on_every_replay():
         masks.append((f(x) != 0).clone())
     assert all(not torch.equal(masks[-1], m) for m in masks[-3:-1])
     assert 0.45 < masks[-1].float().mean().item() < 0.55
+
+
+def _fake_cuda_graph(fn, *shapes):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        args = [torch.empty(s, device="cuda") for s in shapes]
+    return make_fx(fn, tracing_mode="fake")(*args)
+
+
+def test_cpu_values_made_from_constants_do_not_stop_our_runner():
+    # T5's and BART's lifted _tensor_constant0: the same value on every call
+    from nvfuser_dtensor_backend.cuda_graphs import cpu_nodes_reason
+
+    assert cpu_nodes_reason(_fake_cuda_graph(lambda x: x * torch.tensor(3.0) + torch.arange(3).float().sum(), 3)) is None
+    assert "from the GPU to the CPU" in cpu_nodes_reason(_fake_cuda_graph(lambda x: x.cpu() + 1, 3))
+    assert "random op on the CPU" in cpu_nodes_reason(_fake_cuda_graph(lambda x: x + torch.rand(()), 3))
+
+
+def test_cpu_inputs_stop_our_runner():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from nvfuser_dtensor_backend.cuda_graphs import cpu_nodes_reason
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x = torch.empty(3, device="cuda")
+        y = torch.empty((), device="cpu")
+    gm = make_fx(lambda x, y: x + y, tracing_mode="fake")(x, y)
+    assert "an input on the CPU" in cpu_nodes_reason(gm)

@@ -160,3 +160,38 @@ def test_batch_norm_training(dtype, shape, affine):
 def test_batch_norm_in_evaluation_stays_in_pytorch():
     bn = torch.nn.BatchNorm2d(4).eval()
     check_parity(lambda t: torch.relu(bn(t) + 1), randn(2, 4, 3, 3), fused=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("fn", [F.softmax, F.log_softmax], ids=["softmax", "log_softmax"])
+def test_softmax_wide_odd_rows(dtype, fn):
+    # Note [Wide odd rows]: rows of odd width above ODD_WIDE_ROW (a vocabulary of 50257) are
+    # cut into a segment per row statistic; the values stay those of aten, forward and backward
+    from nvfuser_dtensor_backend.translators.normalization import ODD_WIDE_ROW
+
+    width = ODD_WIDE_ROW + 1
+    x = (randn(3, width).float() * 4).to(dtype).requires_grad_(True)
+    name = "softmax" if fn is F.softmax else "log_softmax"
+    check_parity(lambda a: fn(a * 2, -1), x, expect_ops=[f"aten._{name}.default"], backward=True, scale=2)
+    assert f"aten._{name}_backward_data.default" in fused_ops()
+
+
+@pytest.mark.parametrize("width,cut", [(8193, True), (8194, False), (197, False)])
+def test_softmax_wide_odd_rows_are_cut(width, cut):
+    for op in (aten._log_softmax.default, aten._softmax.default):
+        gm = make_fx(lambda a: op(a, -1, False))(torch.randn(2, width))
+        built = build_fusion(gm, [TensorDesc.of(torch.randn(2, width))])
+        assert ("SegmenterSet" in built.fd.fusion.print_math()) == cut  # repr(fd) prints it as a cast
+        y = torch.randn(3, width) * 5
+        outs = Evaluator(built.fd, built.constants)([y])
+        assert_close(outs[built.output_index[0]], op(y, -1, False))
+
+
+def test_cross_entropy_over_an_odd_vocabulary():
+    # GPT-2's loss (50257 classes) in miniature: log_softmax, the label gather and their backward
+    logits = randn(6, 8193, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, 8193, (6,), device=logits.device)
+    labels[1] = -100
+    check_parity(lambda x, y: F.cross_entropy(x.float() * 2, y), logits, labels, backward=True,
+                 expect_ops=["aten._log_softmax.default"])
+    assert "aten._log_softmax_backward_data.default" in fused_ops()
