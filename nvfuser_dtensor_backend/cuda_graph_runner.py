@@ -12,7 +12,8 @@ other choice, spend 30-60 us per call on theirs):
   a graph break), which is read in place and keyed too. A new set of addresses
   (the same compiled block called for another layer, a parameter replaced) gets its own
   recording. The first call of a compiled graph runs uncaptured, as a warm-up: nvFuser
-  compiles its kernels on a region's first call, which should not happen under capture.
+  compiles its kernels on a region's first call, which should not happen under capture. The
+  warm-up allocates from the graphs' memory pool, so the recordings reuse what it freed.
 - **Outputs a user keeps are never overwritten.** The forward's outputs that reach the user
   (AOTAutograd's ``num_forward_returns``) and every output of an inference graph are copied
   out of the graph's memory after the replay (a loss kept in a list, logits kept for a
@@ -71,14 +72,23 @@ def note_uncaptured(why: str) -> None:
     NOT_CAPTURED[key] = NOT_CAPTURED.get(key, 0) + 1
 
 
+def capturing() -> bool:
+    """Whether the current CUDA stream is being captured into a graph."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def marking_graph_errors(compiled: Callable) -> Callable:
-    """``compiled`` with the exceptions it raises marked as the graph's own, so that the code
-    around a capture (``is_graph_error``) lets them through instead of turning capture off."""
+    """``compiled`` with the exceptions it raises outside a capture marked as the graph's own,
+    so that the code around a capture (``is_graph_error``) lets them through instead of turning
+    capture off. One raised while capturing is the capture's: a copy from pageable CPU memory
+    (BART's and T5's constants, on the H200), a host sync; the call is rerun uncaptured, where
+    an error of the graph itself raises again."""
     def run(args: list) -> Any:
         try:
             return compiled(args)
         except Exception as e:
-            e._nvfuser_dtensor_graph_error = True
+            if not capturing():
+                e._nvfuser_dtensor_graph_error = True
             raise
 
     return run
@@ -98,6 +108,21 @@ class CudaCapture:
         self.device_index = device_index
         self.pool = torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream(device=device_index)
+        # An empty recording makes the pool and keeps it alive (as cudagraph trees do), so the
+        # warm-ups can allocate from it before any real recording.
+        self._keeper = torch.cuda.CUDAGraph()
+        with torch.cuda.device(device_index), torch.cuda.graph(self._keeper, pool=self.pool, stream=self.stream,
+                                                               capture_error_mode="thread_local"):
+            pass
+
+    def warm_up(self, fn: Callable, args: list) -> Any:
+        """``fn(args)`` run as it is, its memory taken from the graphs' pool: what the warm-up
+        frees, the recordings reuse, instead of it staying reserved outside the pool (the
+        allocator's reserved memory would hold a step's worth twice)."""
+        from torch._inductor.cudagraph_trees import _use_cuda_memory_pool_manager
+
+        with _use_cuda_memory_pool_manager(self.device_index, self.pool, self.stream):
+            return fn(args)
 
     def record(self, fn: Callable, inputs: list) -> tuple[Callable[[], None], list]:
         from torch._dynamo.utils import preserve_rng_state
@@ -250,7 +275,8 @@ class GraphRunner:
         if not self.warmed_up:
             self.warmed_up = True
             STATS["uncaptured_calls"] += 1
-            return self.compiled(args)  # the warm-up: nvFuser compiles its kernels here
+            warm_up = getattr(self.capture, "warm_up", None)  # the warm-up: nvFuser compiles its kernels here
+            return warm_up(self.compiled, args) if warm_up is not None else self.compiled(args)
         if self.count >= MAX_GRAPHS:
             STATS["uncaptured_calls"] += 1
             if not self.full_logged:

@@ -70,12 +70,23 @@ def cpu_nodes_reason(gm: fx.GraphModule) -> str | None:
     """Why the CPU values of ``gm`` (a graph whose inputs are all on the GPU) keep it from our
     runner, or None. A CPU value that comes from constants and factories alone (T5's and BART's
     lifted ``_tensor_constant0``, a position bucket computed on the CPU) is the same on every
-    call: the recording computes it once and the replays need nothing from it. One that is
-    read from the GPU (a host sync), an input on the CPU, or a random op on the CPU (it would
-    be drawn once) is not."""
+    call: the recording computes it once and the replays need nothing from it, as long as GPU
+    ops read it as a scalar argument. One copied to the GPU (PyTorch refuses copies from
+    pageable memory under capture), one read from the GPU (a host sync), an input on the CPU,
+    or a random op on the CPU (it would be drawn once) is not."""
     for n in gm.graph.nodes:
         val = n.meta.get("val")
-        if not (isinstance(val, torch.Tensor) and val.device.type == "cpu"):
+        if not isinstance(val, torch.Tensor):
+            continue
+        if val.device.type != "cpu":
+            # PyTorch refuses a copy from pageable CPU memory under capture; a CPU scalar read
+            # by a GPU op is a kernel argument, recorded as it is
+            name = getattr(n.target, "__name__", str(n.target))
+            for a in n.all_input_nodes:
+                av = a.meta.get("val")
+                if (isinstance(av, torch.Tensor) and av.device.type == "cpu"
+                        and (av.dim() > 0 or "copy" in name or "device_put" in name)):
+                    return f"a copy from the CPU to the GPU ({n.name})"
             continue
         if n.op == "placeholder":
             return f"an input on the CPU ({n.name})"

@@ -361,3 +361,33 @@ def test_a_gradient_passed_across_a_graph_break_is_read_in_place(captured_on_cpu
                 p.grad = q.grad = None
     recorded = [r.getMessage() for r in caplog.records if "backward graph is recorded" in r.getMessage()]
     assert len(recorded) == 2 and any("0 copied" in line for line in recorded), recorded
+
+
+class CapturingFailure(ReplayByRerun):
+    """A capture during which the graph raises (as PyTorch refuses a copy from pageable CPU
+    memory under capture: BART's and T5's constants on the H200)."""
+
+    def record(self, fn, inputs):
+        from nvfuser_dtensor_backend import cuda_graph_runner
+
+        real, cuda_graph_runner.capturing = cuda_graph_runner.capturing, lambda: True
+        try:
+            return super().record(fn, inputs)
+        finally:
+            cuda_graph_runner.capturing = real
+
+
+def test_an_error_raised_while_capturing_turns_capture_off_and_the_call_is_rerun():
+    def copy_refused_in_capture(args):
+        (x,) = args
+        args.clear()
+        from nvfuser_dtensor_backend import cuda_graph_runner
+
+        if cuda_graph_runner.capturing():
+            raise RuntimeError("Cannot copy between CPU and CUDA tensors during CUDA graph capture")
+        return [x + 1]
+
+    runner, failures = _runner(copy_refused_in_capture, static=(), escaping=None, capture=CapturingFailure)
+    for i in range(3):
+        torch.testing.assert_close(runner([torch.full((2,), float(i))])[0], torch.full((2,), i + 1.0))
+    assert len(failures) == 1 and "Cannot copy" in failures[0]

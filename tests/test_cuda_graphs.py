@@ -244,6 +244,19 @@ def test_cpu_values_made_from_constants_do_not_stop_our_runner():
     assert cpu_nodes_reason(_fake_cuda_graph(lambda x: x * torch.tensor(3.0) + torch.arange(3).float().sum(), 3)) is None
     assert "from the GPU to the CPU" in cpu_nodes_reason(_fake_cuda_graph(lambda x: x.cpu() + 1, 3))
     assert "random op on the CPU" in cpu_nodes_reason(_fake_cuda_graph(lambda x: x + torch.rand(()), 3))
+    # BART's and T5's constants are copied to the GPU: refused under capture (seen on the H200)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        on_gpu = torch.empty(3, device="cuda"), torch.empty((), device="cuda")
+    g = fx.Graph()
+    x, const = g.placeholder("x"), g.get_attr("_tensor_constant0")
+    copied = g.call_function(torch.ops.aten._to_copy.default, (const,), {"device": torch.device("cuda")})
+    g.output(g.call_function(torch.ops.aten.mul.Tensor, (x, copied)))
+    for node, val in zip(g.nodes, (on_gpu[0], torch.tensor(3.0), on_gpu[1], on_gpu[0])):
+        node.meta["val"] = val
+    gm = fx.GraphModule({"_tensor_constant0": torch.tensor(3.0)}, g)
+    assert "a copy from the CPU to the GPU" in cpu_nodes_reason(gm)
 
 
 def test_cpu_inputs_stop_our_runner():

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from helpers import assert_close, check_parity, fused_ops, randn
+from helpers import DEVICE, assert_close, check_parity, fused_ops, randn
 from nvfuser_dtensor_backend.evaluator import Evaluator
 from nvfuser_dtensor_backend.fusion import TensorDesc, build_fusion
 
@@ -131,7 +131,7 @@ def test_batch_norm_training(dtype, shape, affine):
     # in place after the graph (aten's copy_), against eager BatchNorm in training mode.
     bn = torch.nn.BatchNorm1d(shape[1], affine=affine, momentum=0.3) if len(shape) < 4 else \
         torch.nn.BatchNorm2d(shape[1], affine=affine, momentum=0.3)
-    bn = bn.to(dtype)
+    bn = bn.to(DEVICE, dtype)
     with torch.no_grad():
         bn.running_mean.uniform_(-1, 1)
         bn.running_var.uniform_(0.5, 2)
@@ -158,7 +158,7 @@ def test_batch_norm_training(dtype, shape, affine):
 
 
 def test_batch_norm_in_evaluation_stays_in_pytorch():
-    bn = torch.nn.BatchNorm2d(4).eval()
+    bn = torch.nn.BatchNorm2d(4).to(DEVICE).eval()
     check_parity(lambda t: torch.relu(bn(t) + 1), randn(2, 4, 3, 3), fused=False)
 
 
