@@ -29,6 +29,7 @@ from .cuda_graphs import CudaGraphs
 from .decompositions import decomposition_table
 from .distributed.global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
 from .options import Options
+from .early_gather import gather_early
 from .pad_matmul import pad_matmuls
 from .partition import PartitionReport, partition
 from .region import FUSION_CACHE, FusedRegion, _first_line
@@ -151,6 +152,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
     """Partition an aten graph and swap each region for a FusedRegion (or ``region_cls``)."""
     if options.pad_matmuls and region_cls is FusedRegion:  # DTensor graphs (the global view) keep theirs
         pad_matmuls(gm, options.pad_matmuls)
+    if region_cls is FusedRegion:
+        gather_early(gm)
     fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul,
                                      replay_input_free=region_cls is FusedRegion,
                                      one_gemm_per_region=region_cls is FusedRegion)

@@ -10,7 +10,7 @@ import torch
 
 from ..registry import translator
 from ._common import canonical_dim, upcast
-from .reduction import max_of, numel, sum_of
+from .reduction import max_of, numel, row_stat, sum_of, wide_odd
 
 aten = torch.ops.aten
 
@@ -115,42 +115,12 @@ def _shifted(ctx, x, dim):
     return ctx.ops.sub(x, max_of(ctx, x, dims, keepdim=True)), dims
 
 
-# Note [Wide odd rows]
-# nvFuser 0.2.36 schedules a softmax whose rows do not fit in one SM's registers (a language
-# model's loss over its vocabulary) as an inner persistent kernel spread over a cluster of
-# blocks (Hopper; normalization_inner_non_tma.cpp, innerPersistentHeuristicCluster). That
-# schedule marks the innermost split of the reduction as vectorized whatever the
-# vectorization factor (reduction_utils.cpp, scheduleReductionTV, cross_cluster_reduction);
-# with rows of odd width the factor is 1, nothing clears the mark from the reduction's own
-# tensors, and lowering stops at validation.cpp:1559 ("Vectorized accesses cannot be inline
-# with computation"). That is why GPT-2's, RoBERTa's and BART's loss regions (vocabularies
-# of 50257 and 50265) fell back on the H200, forward and backward (docs/nvfuser_faults.md
-# item 7). For wide odd rows the translators below cut each row statistic out with
-# ``segment_set``, so no segment keeps a row across its own reduction: a reduction kernel per
-# statistic and a pointwise kernel that recomputes ``x - max`` from the input (written twice
-# on purpose, so that the shifted row is not materialized between segments).
-ODD_WIDE_ROW = 8192  # wider rows of odd width are cut; narrower ones fit a register-persistent kernel
-
-
-def _wide_odd(val, dim) -> bool:
-    if val.dim() == 0:
-        return False
-    width = val.shape[canonical_dim(dim, val.dim())]
-    return isinstance(width, int) and width % 2 == 1 and width > ODD_WIDE_ROW
-
-
-def _row_stat(ctx, reduce, x, dims):
-    """``reduce(x, dims)`` cut into a segment of its own, broadcast back to x's rank."""
-    stat = ctx.ops.segment_set(reduce(ctx, x, dims))
-    return ctx.ops.broadcast(stat, is_broadcast_dim=[d in dims for d in range(x.ndim)])
-
-
 @translator(aten._softmax.default)
 def _softmax(ctx, x, dim, half_to_float):
-    if _wide_odd(ctx.node.args[0].meta["val"], dim):  # Note [Wide odd rows]
+    if wide_odd(ctx.node.args[0].meta["val"], dim):  # Note [Wide odd rows] (reduction.py)
         x, dims = upcast(ctx, x), _softmax_dim(x, dim)
-        m = _row_stat(ctx, max_of, x, dims)
-        total = _row_stat(ctx, sum_of, ctx.ops.exp(ctx.ops.sub(x, m)), dims)
+        m = row_stat(ctx, max_of, x, dims)
+        total = row_stat(ctx, sum_of, ctx.ops.exp(ctx.ops.sub(x, m)), dims)
         return ctx.ops.div(ctx.ops.exp(ctx.ops.sub(x, m)), total)
     shifted, dims = _shifted(ctx, x, dim)
     e = ctx.ops.exp(shifted)
@@ -159,10 +129,10 @@ def _softmax(ctx, x, dim, half_to_float):
 
 @translator(aten._log_softmax.default)
 def _log_softmax(ctx, x, dim, half_to_float):
-    if _wide_odd(ctx.node.args[0].meta["val"], dim):  # Note [Wide odd rows]
+    if wide_odd(ctx.node.args[0].meta["val"], dim):  # Note [Wide odd rows] (reduction.py)
         x, dims = upcast(ctx, x), _softmax_dim(x, dim)
-        m = _row_stat(ctx, max_of, x, dims)
-        lse = ctx.ops.log(_row_stat(ctx, sum_of, ctx.ops.exp(ctx.ops.sub(x, m)), dims))
+        m = row_stat(ctx, max_of, x, dims)
+        lse = ctx.ops.log(row_stat(ctx, sum_of, ctx.ops.exp(ctx.ops.sub(x, m)), dims))
         return ctx.ops.sub(ctx.ops.sub(x, m), lse)
     shifted, dims = _shifted(ctx, x, dim)
     lse = ctx.ops.log(sum_of(ctx, ctx.ops.exp(shifted), dims, keepdim=True))
@@ -173,8 +143,8 @@ def _log_softmax(ctx, x, dim, half_to_float):
 def _softmax_backward_data(ctx, grad_output, output, dim, input_dtype):
     g, y = upcast(ctx, grad_output), upcast(ctx, output)
     dims = _softmax_dim(y, dim)
-    if _wide_odd(ctx.node.args[1].meta["val"], dim):  # Note [Wide odd rows]
-        return ctx.ops.mul(y, ctx.ops.sub(g, _row_stat(ctx, sum_of, ctx.ops.mul(g, y), dims)))
+    if wide_odd(ctx.node.args[1].meta["val"], dim):  # Note [Wide odd rows] (reduction.py)
+        return ctx.ops.mul(y, ctx.ops.sub(g, row_stat(ctx, sum_of, ctx.ops.mul(g, y), dims)))
     return ctx.ops.mul(y, ctx.ops.sub(g, sum_of(ctx, ctx.ops.mul(g, y), dims, keepdim=True)))
 
 
@@ -193,6 +163,6 @@ def _check_log_softmax_backward(node) -> str | None:
 def _log_softmax_backward_data(ctx, grad_output, output, dim, input_dtype):
     g, y = upcast(ctx, grad_output), upcast(ctx, output)
     dims = _softmax_dim(y, dim)
-    if _wide_odd(ctx.node.args[1].meta["val"], dim):  # Note [Wide odd rows]
-        return ctx.ops.sub(g, ctx.ops.mul(ctx.ops.exp(y), _row_stat(ctx, sum_of, g, dims)))
+    if wide_odd(ctx.node.args[1].meta["val"], dim):  # Note [Wide odd rows] (reduction.py)
+        return ctx.ops.sub(g, ctx.ops.mul(ctx.ops.exp(y), row_stat(ctx, sum_of, g, dims)))
     return ctx.ops.sub(g, ctx.ops.mul(ctx.ops.exp(y), sum_of(ctx, g, dims, keepdim=True)))

@@ -95,6 +95,43 @@ def min_of(ctx, x, dims, keepdim=False):
     return _extremum(ctx, ctx.ops.min, x, dims, keepdim)
 
 
+# Note [Wide odd rows]
+# nvFuser 0.2.36 schedules a softmax whose rows do not fit in one SM's registers (a language
+# model's loss over its vocabulary) as an inner persistent kernel spread over a cluster of
+# blocks (Hopper; normalization_inner_non_tma.cpp, innerPersistentHeuristicCluster). That
+# schedule marks the innermost split of the reduction as vectorized whatever the
+# vectorization factor (reduction_utils.cpp, scheduleReductionTV, cross_cluster_reduction);
+# with rows of odd width the factor is 1, nothing clears the mark from the reduction's own
+# tensors, and lowering stops at validation.cpp:1559 ("Vectorized accesses cannot be inline
+# with computation"). That is why GPT-2's, RoBERTa's and BART's loss regions (vocabularies
+# of 50257 and 50265) fell back on the H200, forward and backward (docs/nvfuser_faults.md
+# item 7). So a reduction over a wide odd innermost dim (sum, amax, and the row statistics
+# of the softmax translators) is cut out with ``segment_set``: no segment keeps a row across
+# its own reduction, each statistic is a reduction kernel, and what reads the row after it
+# is another kernel. The softmax translators write ``x - max`` twice on purpose, so that the
+# shifted row is recomputed from the input there rather than materialized between segments;
+# decompositions.py breaks such a log_softmax into these ops, so that AOTAutograd saves its
+# row statistics for the backward instead of the whole float result.
+ODD_WIDE_ROW = 8192  # wider rows of odd width are cut; narrower ones fit a register-persistent kernel
+
+
+def wide_odd(val, dims) -> bool:
+    """Whether ``dims`` (an int or a list) of the aten value ``val`` hold its innermost dim, of
+    an odd width above ``ODD_WIDE_ROW`` (Note [Wide odd rows])."""
+    if not isinstance(val, torch.Tensor) or val.dim() == 0:
+        return False
+    dims = canonical_dims(dims if isinstance(dims, (list, tuple)) else [dims], val.dim())
+    width = val.shape[-1]
+    return val.dim() - 1 in dims and isinstance(width, int) and width % 2 == 1 and width > ODD_WIDE_ROW
+
+
+def row_stat(ctx, reduce, x, dims, keepdim=True):
+    """``reduce(ctx, x, dims)`` cut into a segment of its own (Note [Wide odd rows]),
+    broadcast back to x's rank when ``keepdim``."""
+    stat = ctx.ops.segment_set(reduce(ctx, x, dims))
+    return ctx.ops.broadcast(stat, is_broadcast_dim=[d in dims for d in range(x.ndim)]) if keepdim else stat
+
+
 # --- checks ----------------------------------------------------------------------------
 
 
@@ -113,7 +150,10 @@ def _int_correction(node: fx.Node) -> str | None:
 
 @translator(aten.sum.dim_IntList)
 def sum(ctx, x, dim=None, keepdim=False, *, dtype=None):
-    return sum_of(ctx, x, reduce_dims(x, dim), keepdim, compute_dtype(out_dtype(ctx)))
+    dims, acc = reduce_dims(x, dim), compute_dtype(out_dtype(ctx))
+    if wide_odd(ctx.node.args[0].meta.get("val"), dims):  # Note [Wide odd rows]
+        return row_stat(ctx, lambda c, t, ds: sum_of(c, t, ds, False, acc), x, dims, keepdim)
+    return sum_of(ctx, x, dims, keepdim, acc)
 
 
 @translator(aten.sum.default)
@@ -132,7 +172,10 @@ def mean(ctx, x, dim=None, keepdim=False, *, dtype=None):
 
 @translator(aten.amax.default)
 def amax(ctx, x, dim=(), keepdim=False):
-    return max_of(ctx, x, reduce_dims(x, dim), keepdim)
+    dims = reduce_dims(x, dim)
+    if wide_odd(ctx.node.args[0].meta.get("val"), dims):  # Note [Wide odd rows]
+        return row_stat(ctx, max_of, x, dims, keepdim)
+    return max_of(ctx, x, dims, keepdim)
 
 
 @translator(aten.amin.default)

@@ -167,13 +167,17 @@ def test_batch_norm_in_evaluation_stays_in_pytorch():
 def test_softmax_wide_odd_rows(dtype, fn):
     # Note [Wide odd rows]: rows of odd width above ODD_WIDE_ROW (a vocabulary of 50257) are
     # cut into a segment per row statistic; the values stay those of aten, forward and backward
-    from nvfuser_dtensor_backend.translators.normalization import ODD_WIDE_ROW
+    from nvfuser_dtensor_backend.translators.reduction import ODD_WIDE_ROW
 
     width = ODD_WIDE_ROW + 1
     x = (randn(3, width).float() * 4).to(dtype).requires_grad_(True)
-    name = "softmax" if fn is F.softmax else "log_softmax"
-    check_parity(lambda a: fn(a * 2, -1), x, expect_ops=[f"aten._{name}.default"], backward=True, scale=2)
-    assert f"aten._{name}_backward_data.default" in fused_ops()
+    if fn is F.softmax:
+        check_parity(lambda a: fn(a * 2, -1), x, expect_ops=["aten._softmax.default"], backward=True, scale=2)
+        assert "aten._softmax_backward_data.default" in fused_ops()
+    else:  # decomposed (decompositions.py), so that its backward recomputes it
+        check_parity(lambda a: fn(a * 2, -1), x, expect_ops=["aten.amax.default", "aten.sum.dim_IntList"],
+                     backward=True, scale=2)
+        assert "aten._log_softmax_backward_data.default" not in fused_ops()
 
 
 @pytest.mark.parametrize("width,cut", [(8193, True), (8194, False), (197, False)])
@@ -188,10 +192,25 @@ def test_softmax_wide_odd_rows_are_cut(width, cut):
 
 
 def test_cross_entropy_over_an_odd_vocabulary():
-    # GPT-2's loss (50257 classes) in miniature: log_softmax, the label gather and their backward
-    logits = randn(6, 8193, dtype=torch.bfloat16, requires_grad=True)
-    labels = torch.randint(0, 8193, (6,), device=logits.device)
+    # GPT-2's loss (50257 classes) in miniature: log_softmax, the label gather and their
+    # backward, the log_softmax decomposed (decompositions.py) so that the forward saves the
+    # bf16 logits and two row statistics, never a float32 row of the vocabulary's width
+    width = 8193
+    logits = randn(6, width, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, width, (6,), device=logits.device)
     labels[1] = -100
-    check_parity(lambda x, y: F.cross_entropy(x.float() * 2, y), logits, labels, backward=True,
-                 expect_ops=["aten._log_softmax.default"])
-    assert "aten._log_softmax_backward_data.default" in fused_ops()
+    loss = lambda x, y: F.cross_entropy(x.float() * 2, y)  # noqa: E731
+    check_parity(loss, logits, labels, backward=True, expect_ops=["aten.amax.default", "aten.gather.default"])
+    assert "aten.scatter.value" in fused_ops()  # the backward's one-hot
+    saved = []
+
+    def pack(t):
+        saved.append((t.dtype, tuple(t.shape)))
+        return t
+
+    compiled = torch.compile(loss, backend="nvfuser_dtensor")
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = compiled(logits, labels)
+    out.backward()
+    assert (torch.bfloat16, (6, width)) in saved
+    assert not [s for s in saved if s[0] == torch.float32 and width in s[1]], saved
