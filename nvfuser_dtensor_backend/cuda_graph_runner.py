@@ -108,12 +108,7 @@ class CudaCapture:
         self.device_index = device_index
         self.pool = torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream(device=device_index)
-        # An empty recording makes the pool and keeps it alive (as cudagraph trees do), so the
-        # warm-ups can allocate from it before any real recording.
-        self._keeper = torch.cuda.CUDAGraph()
-        with torch.cuda.device(device_index), torch.cuda.graph(self._keeper, pool=self.pool, stream=self.stream,
-                                                               capture_error_mode="thread_local"):
-            pass
+        self._keeper: torch.cuda.CUDAGraph | None = None
 
     def warm_up(self, fn: Callable, args: list) -> Any:
         """``fn(args)`` run as it is, its memory taken from the graphs' pool: what the warm-up
@@ -121,6 +116,19 @@ class CudaCapture:
         allocator's reserved memory would hold a step's worth twice)."""
         from torch._inductor.cudagraph_trees import _use_cuda_memory_pool_manager
 
+        if self._keeper is None:
+            if torch.cuda.is_current_stream_capturing() or torch._C._get_dispatch_mode(
+                    torch._C._TorchDispatchModeKey.FAKE) is not None:
+                return fn(args)  # inside someone else's capture or a fake mode: no recording now
+            # An empty recording makes the pool and keeps it alive (as cudagraph trees do), so
+            # the warm-ups can allocate from it before any real recording. Made here, at run
+            # time: begun at compile time (under dynamo's fake mode) it failed on the H200 and
+            # left the CUDA generator marked as capturing, so every later random op raised.
+            keeper = torch.cuda.CUDAGraph()
+            with torch.cuda.device(self.device_index), torch.cuda.graph(
+                    keeper, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
+                pass
+            self._keeper = keeper
         with _use_cuda_memory_pool_manager(self.device_index, self.pool, self.stream):
             return fn(args)
 

@@ -269,3 +269,16 @@ def test_cpu_inputs_stop_our_runner():
         y = torch.empty((), device="cpu")
     gm = make_fx(lambda x, y: x + y, tracing_mode="fake")(x, y)
     assert "an input on the CPU" in cpu_nodes_reason(gm)
+
+
+@gpu
+def test_random_ops_work_after_compiling_and_replaying():
+    # The runner once began an empty recording at compile time, under dynamo's fake mode: it
+    # failed and left the CUDA generator marked as capturing, so every later random op raised
+    # "Offset increment outside graph capture encountered unexpectedly" (H200, c1c5a85).
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32)).to(DEVICE)
+    compiled = torch.compile(model, backend="nvfuser_dtensor", options={"cuda_graphs": True})
+    for _ in range(4):
+        compiled(torch.randn(8, 16, device=DEVICE)).sum().backward()
+    torch.empty(4, device=DEVICE).uniform_()
+    assert torch.rand(3, device=DEVICE).shape == (3,)
