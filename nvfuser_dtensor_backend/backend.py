@@ -29,6 +29,7 @@ from .cuda_graphs import CudaGraphs
 from .decompositions import decomposition_table
 from .distributed.global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
 from .options import Options
+from .cpu_constants import copy_constants_once
 from .early_gather import gather_early
 from .pad_matmul import pad_matmuls
 from .partition import PartitionReport, partition
@@ -228,6 +229,11 @@ def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = N
 
     def compiler(kind):
         def compile_fn(g, inputs):
+            if any(isinstance(a, torch.Tensor) and a.is_cuda for a in inputs):
+                try:
+                    copy_constants_once(g)  # Note [CPU constants copied to the GPU]
+                except Exception as e:  # noqa: BLE001 - an optimization: the graph stays right without it
+                    log.warning("nvfuser_dtensor: CPU constants stay on the CPU (%s: %s)", type(e).__name__, e)
             wrap = graphs.plan(kind, g, inputs) if graphs is not None else None  # before partition() rewrites g
             compiled = compile_aten_graph(g, inputs, opts, kind)
             return wrap(compiled) if wrap is not None else compiled
