@@ -53,7 +53,10 @@ import torch
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
-MAX_GRAPHS = 4  # recordings per compiled graph (new addresses, or outputs still alive)
+# Recordings per compiled graph (new addresses, or outputs still alive). A graph break inside
+# a loop over layers calls one compiled graph once per layer, with that layer's weights:
+# BART's decoder ran past 4 on the H200 and its step fell back to uncaptured calls.
+MAX_GRAPHS = 16
 
 # Process-wide counts of the slow path (``nvfuser_dtensor_backend.cuda_graph_stats()``):
 # recordings, calls run uncaptured (warm-ups, past MAX_GRAPHS, capture off), failures.
@@ -157,7 +160,7 @@ class _Recording:
 
     def __init__(self, replay, copies, outputs, cloned, rebuilt, watched):
         self.replay = replay
-        self.copies = copies  # [(input index, buffer)]
+        self.copies = copies  # [(input index, buffer, its expanded dims)]
         self.key_idx: list[int] = []  # inputs read in place: the runner's static ones, then ``extra``
         self.key_ptrs: list[int | None] = []  # their addresses when recorded, at their input index
         self.extra: list[tuple[int, int]] = []  # (index, address): other recordings' outputs read in place
@@ -192,6 +195,15 @@ class _Recording:
     def free(self) -> bool:
         """Whether no output handed out as it is by the last replay is still referenced."""
         return not self.watched or self._holders() == self.alone
+
+
+def _copy_into(buffer: torch.Tensor, value: torch.Tensor, expanded: tuple) -> None:
+    """``buffer.copy_(value)``; an expanded buffer (stride 0 along ``expanded``: BART's
+    attention mask) is written through one element along those dims, since PyTorch refuses a
+    copy into memory that several elements share."""
+    for d in expanded:
+        buffer, value = buffer.narrow(d, 0, 1), value.narrow(d, 0, 1)
+    buffer.copy_(value)
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, str, int]:
@@ -260,8 +272,8 @@ class GraphRunner:
         return self._slow(args)
 
     def _replay(self, rec: _Recording, args: list) -> list:
-        for i, buffer in rec.copies:
-            buffer.copy_(args[i])
+        for i, buffer, expanded in rec.copies:
+            _copy_into(buffer, args[i], expanded)
         rec.replay()
         args.clear()  # after the replay is queued: the inputs read in place are alive till then
         outs = list(rec.outputs)
@@ -322,14 +334,15 @@ class GraphRunner:
                 extra.append((i, a.data_ptr()))  # another recording's output: read in place
             elif i not in static and isinstance(a, torch.Tensor):
                 buffer = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
-                buffer.copy_(a)
-                copies.append((i, buffer))
+                expanded = tuple(d for d in range(a.dim()) if a.stride(d) == 0 and a.shape[d] > 1)
+                _copy_into(buffer, a, expanded)
+                copies.append((i, buffer, expanded))
                 inputs[i] = buffer
         args.clear()
         replay, outputs = self.capture.record(marking_graph_errors(self.compiled), inputs)
         in_place = self.static + [i for i, _ in extra]
         static_storages = {_storage_key(inputs[i]) for i in in_place if isinstance(inputs[i], torch.Tensor)}
-        copied_storages = {_storage_key(b) for _, b in copies}
+        copied_storages = {_storage_key(b) for _, b, _ in copies}
         # a backward's gradients are watched, not copied (AccumulateGrad takes them)
         escaping = 0 if self.kind == "backward" else len(outputs) if self.escaping is None else self.escaping
         keys = [_storage_key(o) if isinstance(o, torch.Tensor) else None for o in outputs]

@@ -4,12 +4,12 @@
 # times are rough) against inductor and its reduce-overhead mode, next to the GPU tests and
 # the top kernels of GPT-2's training step (REGION_ERRORS="gpt2 roberta": the whole nvFuser
 # errors of those models' fallback regions, scripts/gpu_region_errors.py; DIAG="bart": step times
-# and what is captured; ZOO_MODELS, ZOO_JOBS, ZOO_BACKENDS narrow the zoo; OVERHEAD_TIMEOUT=0 skips
-# the call overhead); everything in $OUT/all.tgz plus printed tables.
+# and what is captured; ZOO_MODELS, ZOO_MODES, ZOO_JOBS, ZOO_BACKENDS narrow the zoo; OVERHEAD_TIMEOUT=0
+# skips the call overhead, TOP_KERNELS=0 GPT-2's top kernels); everything in $OUT/all.tgz plus printed tables.
 out="${OUT:-/tmp/gpu-zoo-own}"; w="$out/work"
 source scripts/gpu_prelude.sh "$w/logs"
 zt="${ZOO_TIMEOUT:-430}"
-timeout "$zt" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real --jobs "${ZOO_JOBS:-13}" --models "${ZOO_MODELS:-}" \
+timeout "$zt" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real --jobs "${ZOO_JOBS:-13}" --models "${ZOO_MODELS:-}" --modes "${ZOO_MODES:-train,infer}" \
   --timeout-s "$((zt - 15))" --warmup 3 --iters 10 --backends "${ZOO_BACKENDS:-inductor,inductor:reduce-overhead,nvfuser_dtensor}" \
   --out "$w/h200_models" > "$w/logs/zoo.log" 2>&1 &
 timeout 400 python3 -m pytest -q -p no:cacheprovider -rfEs ${GPU_TESTS:-tests/test_cuda_graphs.py tests/test_cuda_graph_runner.py \
@@ -21,7 +21,7 @@ done
 for m in ${DIAG:-}; do  # step times, compiled graphs and what is captured (INFO log lines), training steps
   TORCH_LOGS=graph_breaks timeout 300 python3 scripts/gpu_region_errors.py "$m" --steps 8 --info > "$w/logs/diag_$m.log" 2>&1 &
 done
-timeout 300 python3 scripts/gpu_top_kernels.py gpt2 --backends inductor,nvfuser_dtensor --top 15 > "$w/logs/top_gpt2.log" 2>&1 &
+[ "${TOP_KERNELS:-1}" != 0 ] && timeout 300 python3 scripts/gpu_top_kernels.py gpt2 --backends inductor,nvfuser_dtensor --top 15 > "$w/logs/top_gpt2.log" 2>&1 &
 wait
 [ "${OVERHEAD_TIMEOUT:-60}" != 0 ] && timeout "${OVERHEAD_TIMEOUT:-60}" python3 scripts/gpu_call_overhead.py --calls 300 \
   --backends eager,inductor,inductor:reduce-overhead,nvfuser_dtensor,nvfuser_dtensor:no_cuda_graphs > "$w/logs/call_overhead.log" 2>&1

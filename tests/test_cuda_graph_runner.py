@@ -391,3 +391,15 @@ def test_an_error_raised_while_capturing_turns_capture_off_and_the_call_is_rerun
     for i in range(3):
         torch.testing.assert_close(runner([torch.full((2,), float(i))])[0], torch.full((2,), i + 1.0))
     assert len(failures) == 1 and "Cannot copy" in failures[0]
+
+
+def test_an_expanded_input_is_copied_into_its_buffer():
+    # BART's attention mask reaches a graph expanded (stride 0): PyTorch refuses a plain copy
+    # into a buffer of those strides ("more than one element of the written-to tensor refers
+    # to a single memory location"), and its forward failed to record on the H200.
+    runner, failures = _runner(lambda a: [a[1] * a[0]], static=(0,), escaping=None)
+    w = torch.randn(4)
+    for i in range(4):
+        mask = torch.randn(1, 4).expand(3, 4)
+        torch.testing.assert_close(runner([w, mask])[0], mask * w)
+    assert runner.count == 1 and not failures
