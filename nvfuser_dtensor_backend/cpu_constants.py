@@ -92,7 +92,7 @@ def copy_constants_once(gm: fx.GraphModule) -> int:
                 key = (a, out.device)
                 if key not in made:
                     on_device = real.to(out.device)
-                    name = f"_nvfuser_constant_{len([k for k in vars(gm) if k.startswith('_nvfuser_constant_')])}"
+                    name = f"_nvfuser_constant_{sum(k.startswith('_nvfuser_constant_') for k in gm._buffers)}"
                     gm.register_buffer(name, on_device, persistent=False)
                     with graph.inserting_before(node):
                         const = graph.get_attr(name)
