@@ -100,7 +100,7 @@ class _Mover:
             args = list(source.args)
             args[pos] = self.gathered(source.args[pos], dim, index, rest)
             return self.call(source.target, args, dict(source.kwargs))
-        if _view_keeps_last(source, dim):
+        if _view_keeps_last(source, dim) and vidx.is_contiguous():  # the index is viewed alike
             self.steps += 1
             inner = source.args[0]
             shape = list(_val(inner).shape)
