@@ -190,11 +190,15 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
     return compiled
 
 
+def _any_on_cuda(values) -> bool:
+    return any(isinstance(a, torch.Tensor) and a.is_cuda for a in values)
+
+
 def _global_view_choice(opts: Options, example_inputs) -> str | None:
     """Why ``options.global_view`` keeps this DTensor graph off the global view, or None."""
     if opts.global_view is False:
         return "options global_view=False"
-    on_cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in example_inputs)
+    on_cuda = _any_on_cuda(example_inputs)
     if opts.global_view == "auto" and on_cuda:
         why = multidevice_abi_reason() or (
             "on the H200 it ran about 3x slower than the local path when ops outside fusions dispatched "
@@ -222,14 +226,13 @@ def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = N
     why_not = cuda_graphs.refusal(opts.cuda_graphs, example_inputs)
     graphs = (None if why_not is not None else
               CudaGraphs(len(example_inputs), asked=opts.cuda_graphs is True, trees=opts.cuda_graphs == "trees"))
-    if why_not is not None and opts.cuda_graphs is not False and any(
-            isinstance(a, torch.Tensor) and a.is_cuda for a in example_inputs):
+    if why_not is not None and opts.cuda_graphs is not False and _any_on_cuda(example_inputs):
         log.info("nvfuser_dtensor: this dynamo graph runs without CUDA graphs: %s", why_not)
         cuda_graphs.note_uncaptured(why_not)
 
     def compiler(kind):
         def compile_fn(g, inputs):
-            if any(isinstance(a, torch.Tensor) and a.is_cuda for a in inputs):
+            if _any_on_cuda(inputs):
                 try:
                     copy_constants_once(g)  # Note [CPU constants copied to the GPU]
                 except Exception as e:  # noqa: BLE001 - an optimization: the graph stays right without it

@@ -23,20 +23,25 @@ from torch import fx
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from .fx_nodes import val as _val
+
 log = logging.getLogger("nvfuser_dtensor_backend")
-
-
-def _val(node):
-    return node.meta.get("val") if isinstance(node, fx.Node) else None
 
 
 def _on_cpu(t) -> bool:
     return isinstance(t, torch.Tensor) and t.device.type == "cpu"
 
 
-def _copy_like(node: fx.Node) -> bool:
+def copies_from_cpu(node: fx.Node, arg: fx.Node) -> bool:
+    """Whether ``node`` (a value on the GPU) reads its input ``arg``, a CPU tensor, from host
+    memory: a copy of it, or a CPU tensor of more than one element. A CPU scalar that a GPU op
+    reads is a kernel argument and needs no copy. PyTorch refuses copies from pageable memory
+    while a CUDA graph is captured."""
+    v = _val(arg)
+    if not _on_cpu(v):
+        return False
     name = getattr(node.target, "__name__", str(node.target))
-    return "copy" in name or "device_put" in name
+    return v.dim() > 0 or "copy" in name or "device_put" in name
 
 
 class _Constants:
@@ -81,9 +86,8 @@ def copy_constants_once(gm: fx.GraphModule) -> int:
         if not isinstance(out, torch.Tensor) or out.device.type == "cpu" or node.op != "call_function":
             continue
         for a in node.all_input_nodes:
-            av = _val(a)
-            if not _on_cpu(av) or (av.dim() == 0 and not _copy_like(node)):
-                continue  # a CPU scalar read by a GPU op is a kernel argument: fine as it is
+            if not copies_from_cpu(node, a):
+                continue
             fake_mode = detect_fake_mode([out])
             with unset_fake_temporarily():
                 real = constants.value(a)

@@ -120,7 +120,7 @@ class CudaCapture:
         from torch._inductor.cudagraph_trees import _use_cuda_memory_pool_manager
 
         if self._keeper is None:
-            if torch.cuda.is_current_stream_capturing() or torch._C._get_dispatch_mode(
+            if capturing() or torch._C._get_dispatch_mode(
                     torch._C._TorchDispatchModeKey.FAKE) is not None:
                 return fn(args)  # inside someone else's capture or a fake mode: no recording now
             # An empty recording makes the pool and keeps it alive (as cudagraph trees do), so
@@ -195,6 +195,11 @@ class _Recording:
     def free(self) -> bool:
         """Whether no output handed out as it is by the last replay is still referenced."""
         return not self.watched or self._holders() == self.alone
+
+
+def expanded_dims(t: torch.Tensor) -> tuple[int, ...]:
+    """The dims along which ``t`` repeats one element (stride 0, more than one element)."""
+    return tuple(d for d in range(t.dim()) if t.stride(d) == 0 and t.shape[d] > 1)
 
 
 def _copy_into(buffer: torch.Tensor, value: torch.Tensor, expanded: tuple) -> None:
@@ -334,7 +339,7 @@ class GraphRunner:
                 extra.append((i, a.data_ptr()))  # another recording's output: read in place
             elif i not in static and isinstance(a, torch.Tensor):
                 buffer = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
-                expanded = tuple(d for d in range(a.dim()) if a.stride(d) == 0 and a.shape[d] > 1)
+                expanded = expanded_dims(a)
                 _copy_into(buffer, a, expanded)
                 copies.append((i, buffer, expanded))
                 inputs[i] = buffer

@@ -55,6 +55,7 @@ from typing import Any, Callable
 import torch
 from torch import fx
 
+from .cpu_constants import copies_from_cpu
 from .cuda_graph_runner import CudaCapture, GraphRunner, is_graph_error, marking_graph_errors, note_uncaptured
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -79,14 +80,8 @@ def cpu_nodes_reason(gm: fx.GraphModule) -> str | None:
         if not isinstance(val, torch.Tensor):
             continue
         if val.device.type != "cpu":
-            # PyTorch refuses a copy from pageable CPU memory under capture; a CPU scalar read
-            # by a GPU op is a kernel argument, recorded as it is
-            name = getattr(n.target, "__name__", str(n.target))
-            for a in n.all_input_nodes:
-                av = a.meta.get("val")
-                if (isinstance(av, torch.Tensor) and av.device.type == "cpu"
-                        and (av.dim() > 0 or "copy" in name or "device_put" in name)):
-                    return f"a copy from the CPU to the GPU ({n.name})"
+            if any(copies_from_cpu(n, a) for a in n.all_input_nodes):
+                return f"a copy from the CPU to the GPU ({n.name})"
             continue
         if n.op == "placeholder":
             return f"an input on the CPU ({n.name})"

@@ -45,31 +45,22 @@ EXTRA = [
 ]
 
 
-def _log_softmax_of_wide_odd_rows(x, dim, half_to_float):
-    """A log_softmax over a wide odd innermost dim (a vocabulary of 50257) as max, exp, sum
-    and log (Note [Wide odd rows], translators/reduction.py): AOTAutograd then saves the
-    input and the two row statistics for the backward, which recomputes the result, rather
-    than the whole result in float32 (823 MB for GPT-2's 8 x 512 tokens). Other widths keep
-    the one translated op."""
-    from torch._decomp.decompositions import _log_softmax
+def _over_wide_odd_rows(decomposition, rows: int):
+    """``decomposition`` applied only where its argument ``rows`` has a wide odd innermost dim
+    along the argument after it, the dim (Note [Wide odd rows], translators/reduction.py);
+    other widths keep the one translated op. Used for log_softmax (a vocabulary of 50257) and
+    its backward: as max, exp, sum and log, AOTAutograd saves the input and the two row
+    statistics for the backward, which recomputes the result, rather than the whole result
+    in float32 (823 MB for GPT-2's 8 x 512 tokens); kept whole, the backward op would have to
+    be given the saved result."""
+    def decompose(*args, **kwargs):
+        from .translators.reduction import wide_odd
 
-    from .translators.reduction import wide_odd
+        if len(args) < rows + 2 or not wide_odd(args[rows], args[rows + 1]):
+            return NotImplemented
+        return decomposition(*args, **kwargs)
 
-    if not wide_odd(x, dim):
-        return NotImplemented
-    return _log_softmax(x, dim, half_to_float)
-
-
-def _log_softmax_backward_of_wide_odd_rows(grad_output, output, dim, input_dtype):
-    """Its backward over such rows as exp, mul, sum and sub, so that AOTAutograd's min-cut sees
-    ops it may recompute (kept whole, the op would have to be given the saved result)."""
-    from torch._decomp.decompositions import _log_softmax_backward_data
-
-    from .translators.reduction import wide_odd
-
-    if not wide_odd(output, dim):
-        return NotImplemented
-    return _log_softmax_backward_data(grad_output, output, dim, input_dtype)
+    return decompose
 
 
 @functools.cache
@@ -79,6 +70,9 @@ def decomposition_table() -> dict:
         table.pop(op, None)
     extra = get_decompositions(EXTRA)
     table.update(extra)
-    table[aten._log_softmax.default] = _log_softmax_of_wide_odd_rows
-    table[aten._log_softmax_backward_data.default] = _log_softmax_backward_of_wide_odd_rows
+    from torch._decomp import decompositions
+
+    table[aten._log_softmax.default] = _over_wide_odd_rows(decompositions._log_softmax, 0)  # (x, dim, ...)
+    table[aten._log_softmax_backward_data.default] = _over_wide_odd_rows(
+        decompositions._log_softmax_backward_data, 1)  # (grad, output, dim, ...)
     return table

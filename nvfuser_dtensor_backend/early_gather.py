@@ -25,12 +25,11 @@ import torch
 from torch import fx
 from torch._guards import detect_fake_mode
 
+from .fx_nodes import call_with_val
+from .fx_nodes import val as _val
+
 log = logging.getLogger("nvfuser_dtensor_backend")
 aten = torch.ops.aten
-
-
-def _val(node):
-    return node.meta.get("val") if isinstance(node, fx.Node) else None
 
 
 def _one_per_row(index, source, dim: int) -> bool:
@@ -89,7 +88,7 @@ class _Mover:
         self.graph, self.fake_mode, self.steps = graph, fake_mode, 0
 
     def call(self, target, args, kwargs=None) -> fx.Node:
-        return _call(self.graph, self.fake_mode, target, tuple(args), kwargs)
+        return call_with_val(self.graph, self.fake_mode, target, args, kwargs)
 
     def gathered(self, source: fx.Node, dim: int, index: fx.Node, rest: tuple) -> fx.Node:
         """A node equal to ``gather(source, dim, index)``, the gather moved as early as it goes."""
@@ -138,11 +137,3 @@ def gather_early(gm: fx.GraphModule) -> int:
         gm.recompile()
         log.info("nvfuser_dtensor: %d gather(s) moved before pointwise ops (Note [Gathers before pointwise ops])", moved)
     return moved
-
-
-def _call(graph: fx.Graph, fake_mode, target, args, kwargs=None) -> fx.Node:
-    node = graph.call_function(target, args, kwargs or {})
-    vals = fx.node.map_arg((args, kwargs or {}), _val)
-    with fake_mode:
-        node.meta["val"] = target(*vals[0], **vals[1])
-    return node

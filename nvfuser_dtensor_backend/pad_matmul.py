@@ -32,6 +32,9 @@ import torch
 from torch import fx
 from torch._guards import detect_fake_mode
 
+from .fx_nodes import call_with_val
+from .fx_nodes import val as _val
+
 log = logging.getLogger("nvfuser_dtensor_backend")
 aten = torch.ops.aten
 
@@ -43,10 +46,6 @@ _TRANSPOSES = (aten.t.default, aten.permute.default, aten.transpose.int)
 
 def _padded(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
-
-
-def _val(node):
-    return node.meta.get("val") if isinstance(node, fx.Node) else None
 
 
 def _static(t) -> bool:
@@ -67,11 +66,7 @@ class _Rewriter:
         self.pads: dict[tuple, fx.Node] = {}
 
     def call(self, target, args, kwargs=None):
-        node = self.graph.call_function(target, tuple(args), kwargs or {})
-        vals = fx.node.map_arg((tuple(args), kwargs or {}), _val)
-        with self.fake_mode:
-            node.meta["val"] = target(*vals[0], **vals[1])
-        return node
+        return call_with_val(self.graph, self.fake_mode, target, args, kwargs)
 
     def _after(self, node: fx.Node) -> fx.Node:
         """Where a node computed from ``node`` goes: right after it, after the placeholders."""

@@ -14,7 +14,7 @@ import torch
 
 import nvfuser_dtensor_backend as nb
 from nvfuser_dtensor_backend import cuda_graphs
-from nvfuser_dtensor_backend.cuda_graph_runner import MAX_GRAPHS, GraphRunner
+from nvfuser_dtensor_backend.cuda_graph_runner import MAX_GRAPHS, GraphRunner, _copy_into, expanded_dims
 
 from helpers import accumulating_steps, compile_fn
 
@@ -30,10 +30,7 @@ def _on_memory_of(t):
 
 def _write(out: torch.Tensor, value: torch.Tensor) -> None:
     """``out.copy_(value)``, also where ``out`` is expanded (stride 0: one element per run)."""
-    for d in range(out.dim()):
-        if out.stride(d) == 0 and out.shape[d] > 1:
-            out, value = out.narrow(d, 0, 1), value.narrow(d, 0, 1)
-    out.copy_(value)
+    _copy_into(out, value, expanded_dims(out))
 
 
 class ReplayByRerun:

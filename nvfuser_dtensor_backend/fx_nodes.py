@@ -1,0 +1,23 @@
+"""What the graph rewrites before partitioning (pad_matmul.py, early_gather.py,
+cpu_constants.py) share: a node's recorded value, and a new node recorded with its own."""
+
+from __future__ import annotations
+
+from torch import fx
+
+
+def val(node):
+    """The value aten recorded for ``node`` (``meta["val"]``: a fake tensor), None for
+    anything else."""
+    return node.meta.get("val") if isinstance(node, fx.Node) else None
+
+
+def call_with_val(graph: fx.Graph, fake_mode, target, args, kwargs=None) -> fx.Node:
+    """A ``call_function`` node of ``target`` at the graph's insertion point, its value
+    computed from its arguments' values under ``fake_mode``."""
+    args, kwargs = tuple(args), kwargs or {}
+    node = graph.call_function(target, args, kwargs)
+    vals = fx.node.map_arg((args, kwargs), val)
+    with fake_mode:
+        node.meta["val"] = target(*vals[0], **vals[1])
+    return node
