@@ -268,6 +268,24 @@ class _TracingEntry:
 _TRACE = os.environ.get("NVFUSER_DTENSOR_TRACE", "0") not in ("", "0")
 
 
+class _ProfiledEntry:
+    """``NVFUSER_DTENSOR_PROFILE=1``: every region call is a ``record_function`` range named
+    ``nvfr <region> <ops>``, so a profile (scripts/gpu_top_kernels.py --regions) can put each
+    GPU kernel's time on the region that launched it; nvFuser's kernel names do not say."""
+
+    __slots__ = ("inner", "label")
+
+    def __init__(self, inner, label: str):
+        self.inner, self.label = inner, label
+
+    def __call__(self, args):
+        with torch.profiler.record_function(self.label):
+            return self.inner(args)
+
+
+_PROFILE = os.environ.get("NVFUSER_DTENSOR_PROFILE", "0") not in ("", "0")
+
+
 class FusedRegion(torch.nn.Module):
     """Runs one partitioned region of an aten graph as an nvFuser fusion."""
 
@@ -366,6 +384,8 @@ class FusedRegion(torch.nn.Module):
             return self._fail(key, f"the fusion could not be defined: {_first_line(e)}", e)
         if _TRACE:
             entry = _TracingEntry(entry, self.name)
+        if _PROFILE:
+            entry = _ProfiledEntry(entry, f"nvfr {self.name} {','.join(self.ops)[:200]}")
         self._entries[key] = entry
         return entry
 

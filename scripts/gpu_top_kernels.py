@@ -1,14 +1,18 @@
 """The GPU kernels that take a zoo model's step time, per backend (issue 13).
 
     python scripts/gpu_top_kernels.py gpt2 --backends eager,inductor,nvfuser_dtensor [--mode train] [--top 12]
+    python scripts/gpu_top_kernels.py gpt2 --backends nvfuser_dtensor:no_cuda_graphs --regions
 
 For each backend: three warm-up steps, then one step under the profiler; prints the kernels
 by total GPU time (name, calls, ms), so two backends' steps can be told apart kernel by kernel.
+``--regions`` (sets NVFUSER_DTENSOR_PROFILE=1; use a backend without CUDA graphs, whose
+replays hide the ranges) also prints the GPU time of each of our regions, with its ops.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -27,7 +31,10 @@ def main(argv=None) -> int:
     p.add_argument("--size", default="real", choices=("real", "tiny"))
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--top", type=int, default=12)
+    p.add_argument("--regions", action="store_true", help="GPU time per nvfuser_dtensor region")
     args = p.parse_args(argv)
+    if args.regions:
+        os.environ["NVFUSER_DTENSOR_PROFILE"] = "1"  # read when the package is imported
     from torch.profiler import ProfilerActivity, profile
 
     zm = zoo.build(args.model, args.size, "cuda", getattr(torch, args.dtype))
@@ -51,8 +58,25 @@ def main(argv=None) -> int:
         print(f"== {args.model} {args.mode} {backend}: {sum(t[0] for t in totals.values())} GPU activities, {all_ms:.2f} ms")
         for name, (n, ms) in sorted(totals.items(), key=lambda kv: -kv[1][1])[: args.top]:
             print(f"  {ms:7.3f} ms {n:4d}x  {name[:150]}")
+        if args.regions:
+            _print_regions(prof, args.top)
         sys.stdout.flush()
     return 0
+
+
+def _print_regions(prof, top: int) -> None:
+    """GPU time of the kernels launched inside each ``nvfr`` range (Note: _ProfiledEntry)."""
+    regions: dict[str, list] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("nvfr "):
+            r = regions.setdefault(e.name, [0, 0.0, 0])
+            r[0] += 1
+            r[1] += getattr(e, "device_time_total", 0.0) / 1e3
+            r[2] += len(getattr(e, "kernels", []))
+    total = sum(r[1] for r in regions.values())
+    print(f"-- {len(regions)} regions, {total:.2f} ms of GPU time in them")
+    for name, (n, ms, k) in sorted(regions.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"  {ms:7.3f} ms {n:4d}x {k:4d} kernels  {name[:220]}")
 
 
 if __name__ == "__main__":
