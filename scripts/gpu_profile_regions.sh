@@ -6,7 +6,7 @@
 out="${OUT:-/tmp/gpu-profile}"; w="$out/work"
 source scripts/gpu_prelude.sh "$w/logs"
 for m in ${PROFILE_MODELS:-gpt2 llama}; do
-  timeout "${PROFILE_TIMEOUT:-150}" python3 scripts/gpu_top_kernels.py "$m" --regions --top "${TOP:-25}" \
+  timeout "${PROFILE_TIMEOUT:-150}" python3 scripts/gpu_top_kernels.py "$m" --regions --top "${TOP:-30}" \
     --backends "${PROFILE_BACKENDS:-inductor,nvfuser_dtensor:no_cuda_graphs}" > "$w/logs/profile_$m.log" 2>&1
 done
 [ -n "${GPU_TESTS:-}" ] && timeout "${TESTS_TIMEOUT:-380}" python3 -m pytest -q -p no:cacheprovider -rfEs $GPU_TESTS > "$w/logs/gpu_tests.log" 2>&1

@@ -21,6 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import zoo, zoo_check  # noqa: E402
+from benchmarks.run import parse_backend  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -30,6 +31,7 @@ def main(argv=None) -> int:
     p.add_argument("--mode", default="train", choices=("train", "infer"))
     p.add_argument("--size", default="real", choices=("real", "tiny"))
     p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--device", default="cuda", help="cpu: a smoke test of this script (no GPU kernels)")
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--regions", action="store_true", help="GPU time per nvfuser_dtensor region")
     args = p.parse_args(argv)
@@ -37,17 +39,19 @@ def main(argv=None) -> int:
         os.environ["NVFUSER_DTENSOR_PROFILE"] = "1"  # read when the package is imported
     from torch.profiler import ProfilerActivity, profile
 
-    zm = zoo.build(args.model, args.size, "cuda", getattr(torch, args.dtype))
+    zm = zoo.build(args.model, args.size, args.device, getattr(torch, args.dtype))
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     batch = zm.make_inputs(0)
     train = args.mode == "train"
     for backend in args.backends.split(","):
-        model = zoo_check.compile_model(zm.model, backend)
+        name, options = parse_backend(backend)  # e.g. nvfuser_dtensor:no_cuda_graphs
+        model = zoo_check.compile_model(zm.model, name, options)
         for _ in range(3):
             zoo_check.seeded_step(model, zm, batch, train, 0, collect=False)
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        sync()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             zoo_check.seeded_step(model, zm, batch, train, 0, collect=False)
-            torch.cuda.synchronize()
+            sync()
         totals: dict[str, list] = {}
         for e in prof.events():
             if e.device_type == torch.autograd.DeviceType.CUDA:
@@ -59,12 +63,12 @@ def main(argv=None) -> int:
         for name, (n, ms) in sorted(totals.items(), key=lambda kv: -kv[1][1])[: args.top]:
             print(f"  {ms:7.3f} ms {n:4d}x  {name[:150]}")
         if args.regions:
-            _print_regions(prof, args.top)
+            _print_regions(prof, args.top, all_ms)
         sys.stdout.flush()
     return 0
 
 
-def _print_regions(prof, top: int) -> None:
+def _print_regions(prof, top: int, all_ms: float) -> None:
     """GPU time of the kernels launched inside each ``nvfr`` range (Note: _ProfiledEntry)."""
     regions: dict[str, list] = {}
     for e in prof.events():
@@ -74,7 +78,7 @@ def _print_regions(prof, top: int) -> None:
             r[1] += getattr(e, "device_time_total", 0.0) / 1e3
             r[2] += len(getattr(e, "kernels", []))
     total = sum(r[1] for r in regions.values())
-    print(f"-- {len(regions)} regions, {total:.2f} ms of GPU time in them")
+    print(f"-- {len(regions)} regions, {total:.2f} ms of GPU time in them, {all_ms - total:.2f} ms outside them")
     for name, (n, ms, k) in sorted(regions.items(), key=lambda kv: -kv[1][1])[:top]:
         print(f"  {ms:7.3f} ms {n:4d}x {k:4d} kernels  {name[:220]}")
 
