@@ -31,6 +31,7 @@ from .distributed.global_view import NotGlobalView, compile_global_view, global_
 from .options import Options
 from .cpu_constants import copy_constants_once
 from .early_gather import gather_early
+from .one_hot_sum import fold_one_hot_sums
 from .pad_matmul import pad_matmuls
 from .partition import PartitionReport, partition
 from .region import FUSION_CACHE, FusedRegion, _first_line
@@ -155,9 +156,11 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
         pad_matmuls(gm, options.pad_matmuls)
     if region_cls is FusedRegion:
         gather_early(gm)
+        fold_one_hot_sums(gm)
     fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul,
                                      replay_input_free=region_cls is FusedRegion,
-                                     one_gemm_per_region=region_cls is FusedRegion)
+                                     one_gemm_per_region=region_cls is FusedRegion,
+                                     split_unrelated=options.split_regions and region_cls is FusedRegion)
     # The global view runs its graphs on DTensors, which inductor does not take: there,
     # regions fall back to the aten code and the code between regions stays as it is.
     use_inductor = options.fallback == "inductor" and region_cls is FusedRegion

@@ -54,9 +54,9 @@ def _over_wide_odd_rows(decomposition, rows: int):
     in float32 (823 MB for GPT-2's 8 x 512 tokens); kept whole, the backward op would have to
     be given the saved result."""
     def decompose(*args, **kwargs):
-        from .translators.reduction import wide_odd
+        from .translators.reduction import decomposed_rows
 
-        if len(args) < rows + 2 or not wide_odd(args[rows], args[rows + 1]):
+        if len(args) < rows + 2 or not decomposed_rows(args[rows], args[rows + 1]):
             return NotImplemented
         return decomposition(*args, **kwargs)
 

@@ -10,6 +10,8 @@ for every size of a cached input layout.
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import fx
 
@@ -113,16 +115,32 @@ def min_of(ctx, x, dims, keepdim=False):
 # decompositions.py breaks such a log_softmax into these ops, so that AOTAutograd saves its
 # row statistics for the backward instead of the whole float result.
 ODD_WIDE_ROW = 8192  # wider rows of odd width are cut; narrower ones fit a register-persistent kernel
+# What happens to wide rows of even width (a vocabulary of 32000): "odd" (rows of even width
+# are left whole: one log_softmax op, one persistent kernel), "decompose" (log_softmax and
+# its backward decomposed as for odd rows, the statistics not cut) or "cut" (decomposed and
+# cut as odd rows are). An A/B switch for the H200, not a user setting.
+WIDE_ROWS = os.environ.get("NVFUSER_DTENSOR_WIDE_ROWS", "odd")
 
 
-def wide_odd(val, dims) -> bool:
-    """Whether ``dims`` (an int or a list) of the aten value ``val`` hold its innermost dim, of
-    an odd width above ``ODD_WIDE_ROW`` (Note [Wide odd rows])."""
+def _wide(val, dims, parities: tuple[int, ...]) -> bool:
     if not isinstance(val, torch.Tensor) or val.dim() == 0:
         return False
     dims = canonical_dims(dims if isinstance(dims, (list, tuple)) else [dims], val.dim())
     width = val.shape[-1]
-    return val.dim() - 1 in dims and isinstance(width, int) and width % 2 == 1 and width > ODD_WIDE_ROW
+    return val.dim() - 1 in dims and isinstance(width, int) and width % 2 in parities and width > ODD_WIDE_ROW
+
+
+def wide_odd(val, dims) -> bool:
+    """Whether ``dims`` (an int or a list) of the aten value ``val`` hold its innermost dim, of
+    a width above ``ODD_WIDE_ROW`` to cut (Note [Wide odd rows]): odd, or any with
+    ``WIDE_ROWS == "cut"``."""
+    return _wide(val, dims, (0, 1) if WIDE_ROWS == "cut" else (1,))
+
+
+def decomposed_rows(val, dim) -> bool:
+    """Whether log_softmax over ``dim`` of ``val`` is decomposed (decompositions.py): rows cut
+    by ``wide_odd``, and wide even ones too unless ``WIDE_ROWS == "odd"``."""
+    return _wide(val, dim, (1,) if WIDE_ROWS == "odd" else (0, 1))
 
 
 def row_stat(ctx, reduce, x, dims, keepdim=True):

@@ -214,3 +214,32 @@ def test_cross_entropy_over_an_odd_vocabulary():
     out.backward()
     assert (torch.bfloat16, (6, width)) in saved
     assert not [s for s in saved if s[0] == torch.float32 and width in s[1]], saved
+
+
+_EVEN_ROWS_SCRIPT = """
+import sys, torch
+sys.path.insert(0, "tests")
+import torch.nn.functional as F
+from helpers import check_parity, fused_ops, randn
+width = 8194
+logits = randn(6, width, dtype=torch.bfloat16, requires_grad=True)
+labels = torch.randint(0, width, (6,), device=logits.device)
+labels[1] = -100
+check_parity(lambda x, y: F.cross_entropy(x.float() * 2, y), logits, labels, backward=True)
+print("decomposed" if "aten.amax.default" in fused_ops() else "whole")
+"""
+
+
+@pytest.mark.parametrize("mode,shown", [("odd", "whole"), ("decompose", "decomposed"), ("cut", "decomposed")])
+def test_wide_even_rows_switch(mode, shown):
+    # reduction.WIDE_ROWS, the H200 A/B switch for wide rows of even width (a vocabulary of
+    # 32000): read at import, so each mode runs in a process of its own
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NVFUSER_DTENSOR_WIDE_ROWS=mode)
+    run = subprocess.run([sys.executable, "-c", _EVEN_ROWS_SCRIPT], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == shown
