@@ -45,14 +45,14 @@ EXTRA = [
 ]
 
 
-def _over_wide_odd_rows(decomposition, rows: int):
-    """``decomposition`` applied only where its argument ``rows`` has a wide odd innermost dim
-    along the argument after it, the dim (Note [Wide odd rows], translators/reduction.py);
-    other widths keep the one translated op. Used for log_softmax (a vocabulary of 50257) and
-    its backward: as max, exp, sum and log, AOTAutograd saves the input and the two row
-    statistics for the backward, which recomputes the result, rather than the whole result
-    in float32 (823 MB for GPT-2's 8 x 512 tokens); kept whole, the backward op would have to
-    be given the saved result."""
+def _over_wide_rows(decomposition, rows: int):
+    """``decomposition`` applied only where its argument ``rows`` has a wide innermost dim
+    along the argument after it, the dim (``decomposed_rows``: Note [Wide odd rows],
+    translators/reduction.py); narrower rows keep the one translated op. Used for log_softmax
+    (a vocabulary of 50257 or 32000) and its backward: as max, exp, sum and log, AOTAutograd
+    saves the input and the two row statistics for the backward, which recomputes the
+    result, rather than the whole result in float32 (823 MB for GPT-2's 8 x 512 tokens);
+    kept whole, the backward op would have to be given the saved result."""
     def decompose(*args, **kwargs):
         from .translators.reduction import decomposed_rows
 
@@ -72,7 +72,7 @@ def decomposition_table() -> dict:
     table.update(extra)
     from torch._decomp import decompositions
 
-    table[aten._log_softmax.default] = _over_wide_odd_rows(decompositions._log_softmax, 0)  # (x, dim, ...)
-    table[aten._log_softmax_backward_data.default] = _over_wide_odd_rows(
+    table[aten._log_softmax.default] = _over_wide_rows(decompositions._log_softmax, 0)  # (x, dim, ...)
+    table[aten._log_softmax_backward_data.default] = _over_wide_rows(
         decompositions._log_softmax_backward_data, 1)  # (grad, output, dim, ...)
     return table

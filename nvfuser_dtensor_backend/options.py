@@ -58,10 +58,6 @@ class Options:
             kernels (pad_matmul.py, Note [Padded matmuls]): ``"auto"`` (default: on CUDA,
             GEMMs of at least 2**27 multiply-adds), ``True`` (every such GEMM, any device) or
             ``False``.
-        split_regions: cut each region into its connected parts (partition.py, Note [Unrelated
-            work in separate regions]): FX's partitioner also merges work with no data in
-            common, which nvFuser then schedules as one fusion. Default ``True``; ``False``
-            keeps the partitioner's regions (for A/B benchmarks).
         verify: debug mode for wrong numbers: every region also runs in PyTorch on the same
             inputs, and an output beyond its dtype's tolerance is reported with a
             ``RegionMismatchWarning`` naming the region (verify.py). Doubles the work of each
@@ -79,7 +75,6 @@ class Options:
     cuda_graphs: bool | str = "auto"
     pad_matmuls: bool | str = "auto"
     dtensor_runtime: bool = False
-    split_regions: bool = True
 
     @staticmethod
     def from_dict(options: dict[str, Any] | None) -> "Options":
@@ -105,7 +100,7 @@ class Options:
             raise OptionsError(f"cache_size must be a positive int, got {opts.cache_size!r}")
         if not isinstance(opts.fuse_matmul, bool):
             raise OptionsError(f"fuse_matmul must be a bool, got {opts.fuse_matmul!r}")
-        for name in ("check_layouts", "verify", "dtensor_runtime", "split_regions"):
+        for name in ("check_layouts", "verify", "dtensor_runtime"):
             if not isinstance(getattr(opts, name), bool):
                 raise OptionsError(f"{name} must be a bool, got {getattr(opts, name)!r}")
         from .cuda_graphs import CHOICES

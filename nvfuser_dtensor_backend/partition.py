@@ -214,42 +214,6 @@ def _split_at_gemms(p, order: dict[fx.Node, int]) -> list:
     return [p] if len(pieces) == 1 else [Partition(nodes=piece) for piece in pieces]
 
 
-# Note [Unrelated work in separate regions]
-# FX's CapabilityBasedPartitioner merges every two partitions it can without a cycle, so work
-# with no data in common lands in one region: at the end of GPT-2's backward, the bias
-# gradients of every layer (nine sums over tokens of different tensors) and the tied
-# embedding's transposed add, one region that took 0.63 ms of the H200 (inductor: about
-# 0.1 ms in separate kernels; scripts/gpu_top_kernels.py gpt2 --regions, 2026-12-04).
-# nvFuser schedules such a fusion as a whole, sharing one launch configuration among
-# unrelated reductions and transposes. So a region is cut into its connected parts: nodes
-# joined by an edge inside the region, or reading the same value from outside it (a tensor
-# read by two parts is then read once). The parts have no path between them (the region was
-# convex), so they form no cycle, and parts with the same code (the bias sums of the
-# layers) build one definition (Note [Fusion cache key]).
-
-
-def _split_unrelated(p) -> list:
-    """``p`` cut into its connected parts (Note [Unrelated work in separate regions])."""
-    nodes = list(p.nodes)
-    parent = {n: n for n in nodes}
-
-    def root(n):
-        while parent[n] is not n:
-            parent[n] = parent[parent[n]]
-            n = parent[n]
-        return n
-
-    reader: dict[fx.Node, fx.Node] = {}  # an outside value -> the first node of p reading it
-    for node in nodes:
-        for a in node.all_input_nodes:
-            other = a if a in parent else reader.setdefault(a, node)
-            parent[root(node)] = root(other)
-    parts: dict[fx.Node, list[fx.Node]] = {}
-    for node in nodes:
-        parts.setdefault(root(node), []).append(node)
-    return [p] if len(parts) == 1 else [Partition(nodes=part) for part in parts.values()]
-
-
 def _deterministic(node: fx.Node) -> bool:
     tags = getattr(node.target, "tags", ())
     return torch.Tag.nondeterministic_seeded not in tags
@@ -257,7 +221,7 @@ def _deterministic(node: fx.Node) -> bool:
 
 def partition(
     gm: fx.GraphModule, min_region_size: int = 1, fuse_matmul: bool = False, replay_input_free: bool = True,
-    one_gemm_per_region: bool = True, split_unrelated: bool = False,
+    one_gemm_per_region: bool = True,
 ) -> tuple[fx.GraphModule, list[str], PartitionReport]:
     """Fuse supported nodes of ``gm`` into submodules named ``nvfuser_region_<i>``.
 
@@ -267,8 +231,6 @@ def partition(
     plain tensor made by a replayed factory op would not mix. ``one_gemm_per_region=False``
     keeps the matmuls of a region together (Note [One matmul per region]): the global view's
     fusions carry the relayouts between them, which nvFuser turns into communication.
-    ``split_unrelated`` cuts regions into their connected parts (Note [Unrelated work in
-    separate regions]).
     """
     support = NvFuserSupport(fuse_matmul, on_cuda=_graph_on_cuda(gm))
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
@@ -276,8 +238,6 @@ def partition(
     if fuse_matmul and one_gemm_per_region:
         order = {n: i for i, n in enumerate(gm.graph.nodes)}
         partitions = [piece for p in partitions for piece in _split_at_gemms(p, order)]
-    if split_unrelated:
-        partitions = [part for p in partitions for part in _split_unrelated(p)]
     report = PartitionReport()
     kept = []
     for p in partitions:

@@ -115,11 +115,15 @@ def min_of(ctx, x, dims, keepdim=False):
 # decompositions.py breaks such a log_softmax into these ops, so that AOTAutograd saves its
 # row statistics for the backward instead of the whole float result.
 ODD_WIDE_ROW = 8192  # wider rows of odd width are cut; narrower ones fit a register-persistent kernel
-# What happens to wide rows of even width (a vocabulary of 32000): "odd" (rows of even width
-# are left whole: one log_softmax op, one persistent kernel), "decompose" (log_softmax and
-# its backward decomposed as for odd rows, the statistics not cut) or "cut" (decomposed and
-# cut as odd rows are). An A/B switch for the H200, not a user setting.
-WIDE_ROWS = os.environ.get("NVFUSER_DTENSOR_WIDE_ROWS", "odd")
+# Rows of even width above ODD_WIDE_ROW (a vocabulary of 32000) are not cut, but log_softmax
+# and its backward over them are decomposed as over odd rows (decompositions.py): the forward
+# then saves the bf16 logits and two row statistics instead of writing the float
+# log-probabilities. On the H200 (scripts/gpu_top_kernels.py llama --regions, 2026-12-04)
+# Llama's training step took 4.04 ms of kernels so, against 4.35 ms with one log_softmax op
+# (its loss forward region: 0.16 ms against 0.43 ms) and 4.23 ms with even rows cut too.
+# NVFUSER_DTENSOR_WIDE_ROWS chooses for A/B runs (not a user setting): "odd" (even rows left
+# whole), "decompose" (the default) or "cut".
+WIDE_ROWS = os.environ.get("NVFUSER_DTENSOR_WIDE_ROWS", "decompose")
 
 
 def _wide(val, dims, parities: tuple[int, ...]) -> bool:

@@ -233,7 +233,7 @@ print("decomposed" if "aten.amax.default" in fused_ops() else "whole")
 @pytest.mark.parametrize("mode,shown", [("odd", "whole"), ("decompose", "decomposed"), ("cut", "decomposed")])
 def test_wide_even_rows_switch(mode, shown):
     # reduction.WIDE_ROWS, the H200 A/B switch for wide rows of even width (a vocabulary of
-    # 32000): read at import, so each mode runs in a process of its own
+    # 32000; default "decompose"): read at import, so each mode runs in a process of its own
     import os
     import subprocess
     import sys
