@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -68,16 +69,25 @@ def _graph_on_cuda(gm: fx.GraphModule) -> bool:
                for n in gm.graph.nodes if n.op == "placeholder")
 
 
+aten = torch.ops.aten
+
+# A/B switch for the H200 (not a user setting): with NVFUSER_DTENSOR_COPY_REGIONS=1 a region of
+# only a pad or a copy is kept (nvFuser writes it) instead of left to aten. On the H200 aten's
+# constant_pad_nd of GPT-2's logits gradient (Note [Padded matmuls]) took 0.60 ms (a fill of
+# the padded tensor, then a strided copy) and the forward's slice-to-dense copy 0.47 ms, for
+# 412 MB each (benchmarks/results/h200_profiles_regions); whether nvFuser's kernels do better
+# is not measured yet.
+COPY_REGIONS = os.environ.get("NVFUSER_DTENSOR_COPY_REGIONS", "0") not in ("", "0")
+_COPIES = (aten.constant_pad_nd.default, aten.clone.default)
+
+
 def _compute_nodes(nodes) -> int:
     count = 0
     for n in nodes:
         entry = lookup(n)
-        if isinstance(entry, Translator) and entry.compute:
+        if isinstance(entry, Translator) and (entry.compute or (COPY_REGIONS and n.target in _COPIES)):
             count += 1
     return count
-
-
-aten = torch.ops.aten
 
 # Note [Views leave regions]
 # A view computed inside a region and used only outside it would be written out by nvFuser

@@ -72,3 +72,29 @@ def test_auto_pads_only_large_cuda_matmuls(padded_graphs):
 def test_bad_pad_matmuls_option():
     with pytest.raises(OptionsError, match="pad_matmuls"):
         Options.from_dict({"pad_matmuls": "yes"})
+
+
+_COPY_REGION_SCRIPT = """
+import sys, torch
+sys.path.insert(0, "tests")
+from helpers import check_parity, fused_ops, randn
+x = randn(64, 33, dtype=torch.bfloat16)
+check_parity(lambda t: torch.nn.functional.pad(t, (0, 7)), x, fused=False)
+ops = fused_ops()
+check_parity(lambda t: t[:, :31].clone(), x, fused=False)
+print(sorted(set(ops + fused_ops())))
+"""
+
+
+@pytest.mark.parametrize("switch,fused", [("0", []), ("1", ["aten.clone.default", "aten.constant_pad_nd.default"])])
+def test_copy_regions_switch(switch, fused):
+    # partition.COPY_REGIONS (an H200 A/B switch, read at import): a lone pad or copy is a region
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NVFUSER_DTENSOR_COPY_REGIONS=switch)
+    run = subprocess.run([sys.executable, "-c", _COPY_REGION_SCRIPT], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert [op for op in fused if op in run.stdout.strip().splitlines()[-1]] == fused
