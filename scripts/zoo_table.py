@@ -3,6 +3,11 @@ inductor and its reduce-overhead mode, first-call seconds, reserved memory and o
 counts (issue 13's before/after tables).
 
     python scripts/zoo_table.py benchmarks/results/h200_models/results.json [--ours nvfuser_dtensor]
+
+Where the zoo also ran ours without CUDA graphs (``--plain``, by default
+``nvfuser_dtensor:no_cuda_graphs``, e.g. ``ZOO_BACKENDS=...,nvfuser_dtensor:no_cuda_graphs``), a
+second table puts our reserved memory with graphs next to it without (issue 13, goal 5: at
+most +10%).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("results")
     p.add_argument("--ours", default="nvfuser_dtensor")
+    p.add_argument("--plain", default="nvfuser_dtensor:no_cuda_graphs")
     args = p.parse_args()
     rows = json.load(open(args.results))["rows"]
     by = {(r["case"], r["mode"], r["backend"]): r for r in rows}
@@ -51,6 +57,21 @@ def main() -> None:
         if ratios[k]:
             geo = math.exp(sum(math.log(v) for v in ratios[k]) / len(ratios[k]))
             print(f"\ngeometric mean against {name}: {geo:.2f}x over {len(ratios[k])} runs")
+    _memory_table(by, keys, args.ours, args.plain)
+
+
+def _memory_table(by: dict, keys: list, ours: str, plain: str) -> None:
+    """Our reserved memory with CUDA graphs against without them, where both ran."""
+    pairs = [(case, mode, by[(case, mode, ours)].get("reserved_mb"), by[(case, mode, plain)].get("reserved_mb"))
+             for case, mode in keys if (case, mode, ours) in by and (case, mode, plain) in by]
+    pairs = [p for p in pairs if p[2] and p[3]]
+    if not pairs:
+        return
+    print(f"\n| model | mode | reserved MB with graphs | without ({plain}) | ratio | at most +10% |")
+    print("|---|---|---|---|---|---|")
+    for case, mode, with_graphs, without in pairs:
+        ratio = with_graphs / without
+        print(f"| {case} | {mode} | {with_graphs:.0f} | {without:.0f} | {ratio:.2f} | {'yes' if ratio <= 1.10 else 'no'} |")
 
 
 if __name__ == "__main__":
