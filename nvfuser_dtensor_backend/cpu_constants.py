@@ -23,6 +23,7 @@ from torch import fx
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from .fx_nodes import rewritten
 from .fx_nodes import val as _val
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -105,9 +106,7 @@ def copy_constants_once(gm: fx.GraphModule) -> int:
             node.replace_input_with(a, made[key])
             moved += 1
     if moved:
-        graph.eliminate_dead_code()
-        graph.lint()
-        gm.recompile()
+        rewritten(gm)
         log.info("nvfuser_dtensor: %d CPU constant(s) copied to the GPU once, at compile time "
                  "(Note [CPU constants copied to the GPU])", moved)
     return moved

@@ -25,7 +25,7 @@ import torch
 from torch import fx
 from torch._guards import detect_fake_mode
 
-from .fx_nodes import call_with_val
+from .fx_nodes import call_with_val, rewritten
 from .fx_nodes import val as _val
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -132,8 +132,6 @@ def gather_early(gm: fx.GraphModule) -> int:
         graph.erase_node(node)
         moved += mover.steps > 0
     if moved:
-        graph.eliminate_dead_code()
-        graph.lint()
-        gm.recompile()
+        rewritten(gm)
         log.info("nvfuser_dtensor: %d gather(s) moved before pointwise ops (Note [Gathers before pointwise ops])", moved)
     return moved

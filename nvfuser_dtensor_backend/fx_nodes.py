@@ -1,5 +1,6 @@
 """What the graph rewrites before partitioning (pad_matmul.py, early_gather.py,
-cpu_constants.py) share: a node's recorded value, and a new node recorded with its own."""
+one_hot_sum.py, cpu_constants.py) share: a node's recorded value, a new node recorded with
+its own, and the tidy-up after a rewrite."""
 
 from __future__ import annotations
 
@@ -21,3 +22,11 @@ def call_with_val(graph: fx.Graph, fake_mode, target, args, kwargs=None) -> fx.N
     with fake_mode:
         node.meta["val"] = target(*vals[0], **vals[1])
     return node
+
+
+def rewritten(gm: fx.GraphModule) -> None:
+    """After a rewrite of ``gm``'s graph: drop the nodes nothing uses any more (the old ones),
+    check the graph and regenerate its code."""
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()

@@ -28,7 +28,7 @@ import torch
 from torch import fx
 from torch._guards import detect_fake_mode
 
-from .fx_nodes import call_with_val
+from .fx_nodes import call_with_val, rewritten
 from .fx_nodes import val as _val
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -130,8 +130,6 @@ def fold_one_hot_sums(gm: fx.GraphModule) -> int:
         graph.erase_node(node)
         folded += 1
     if folded:
-        graph.eliminate_dead_code()
-        graph.lint()
-        gm.recompile()
+        rewritten(gm)
         log.info("nvfuser_dtensor: %d row sum(s) of a one-hot folded (Note [Sums of a one-hot])", folded)
     return folded

@@ -32,7 +32,7 @@ import torch
 from torch import fx
 from torch._guards import detect_fake_mode
 
-from .fx_nodes import call_with_val
+from .fx_nodes import call_with_val, rewritten
 from .fx_nodes import val as _val
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -151,8 +151,6 @@ def pad_matmuls(gm: fx.GraphModule, mode) -> int:
                 out = rw.call(aten.clone.default, [out], {"memory_format": torch.contiguous_format})
         node.replace_all_uses_with(out)
         graph.erase_node(node)
-    graph.eliminate_dead_code()  # transposes that only fed a replaced matmul
-    graph.lint()
-    gm.recompile()
+    rewritten(gm)  # transposes that only fed a replaced matmul go
     log.info("nvfuser_dtensor: padded %d matmul(s) to multiples of %d (Note [Padded matmuls])", len(candidates), ALIGN)
     return len(candidates)
