@@ -98,3 +98,30 @@ def test_copy_regions_switch(switch, fused):
                          timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert run.returncode == 0, run.stderr[-3000:]
     assert [op for op in fused if op in run.stdout.strip().splitlines()[-1]] == fused
+
+
+_PAD_N_SCRIPT = """
+import sys, torch
+sys.path.insert(0, "tests")
+from torch.fx.experimental.proxy_tensor import make_fx
+from nvfuser_dtensor_backend.pad_matmul import pad_matmuls
+a, b = torch.randn(64, 24, dtype=torch.bfloat16), torch.randn(24, 33, dtype=torch.bfloat16)
+c, d = torch.randn(64, 33, dtype=torch.bfloat16), torch.randn(33, 24, dtype=torch.bfloat16)
+print(pad_matmuls(make_fx(torch.mm, tracing_mode="fake")(a, b), True),  # N of 33
+      pad_matmuls(make_fx(torch.mm, tracing_mode="fake")(c, d), True))  # K of 33
+"""
+
+
+@pytest.mark.parametrize("switch,padded", [("1", "1 1"), ("0", "0 1")])
+def test_pad_n_switch(switch, padded):
+    # pad_matmul.PAD_N (an H200 A/B switch, read at import): an unaligned N is left alone, an
+    # unaligned K still padded
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NVFUSER_DTENSOR_PAD_N=switch)
+    run = subprocess.run([sys.executable, "-c", _PAD_N_SCRIPT], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == padded
