@@ -25,19 +25,11 @@ import torch
 from torch import fx
 from torch._guards import detect_fake_mode
 
-from .fx_nodes import call_with_val, rewritten
+from .fx_nodes import call_with_val, one_per_row, rewritten
 from .fx_nodes import val as _val
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 aten = torch.ops.aten
-
-
-def _one_per_row(index, source, dim: int) -> bool:
-    """``index`` picks one element per row of ``source`` along ``dim``: extent 1 there, the
-    source's extents elsewhere."""
-    if not isinstance(index, torch.Tensor) or not isinstance(source, torch.Tensor) or index.dim() != source.dim():
-        return False
-    return index.shape[dim] == 1 and all(i == s for d, (i, s) in enumerate(zip(index.shape, source.shape)) if d != dim)
 
 
 def _movable(node: fx.Node, dim: int, index) -> int | None:
@@ -120,7 +112,7 @@ def gather_early(gm: fx.GraphModule) -> int:
         vsrc, vidx = _val(source), _val(index)
         if (not isinstance(source, fx.Node) or not isinstance(index, fx.Node) or not isinstance(dim, int)
                 or not isinstance(vsrc, torch.Tensor) or vsrc.dim() == 0
-                or not _one_per_row(vidx, vsrc, dim % vsrc.dim())):
+                or not one_per_row(vidx, vsrc, dim % vsrc.dim())):
             continue
         fake_mode = detect_fake_mode([vsrc])
         if fake_mode is None:

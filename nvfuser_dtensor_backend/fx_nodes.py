@@ -1,9 +1,10 @@
 """What the graph rewrites before partitioning (pad_matmul.py, early_gather.py,
 one_hot_sum.py, cpu_constants.py) share: a node's recorded value, a new node recorded with
-its own, and the tidy-up after a rewrite."""
+its own, the one-index-per-row test of a gather or scatter, and the tidy-up after a rewrite."""
 
 from __future__ import annotations
 
+import torch
 from torch import fx
 
 
@@ -22,6 +23,14 @@ def call_with_val(graph: fx.Graph, fake_mode, target, args, kwargs=None) -> fx.N
     with fake_mode:
         node.meta["val"] = target(*vals[0], **vals[1])
     return node
+
+
+def one_per_row(index, source, dim: int) -> bool:
+    """``index`` (a value) picks one element per row of ``source`` along ``dim``: extent 1
+    there, the source's extents elsewhere."""
+    if not isinstance(index, torch.Tensor) or not isinstance(source, torch.Tensor) or index.dim() != source.dim():
+        return False
+    return index.shape[dim] == 1 and all(i == s for d, (i, s) in enumerate(zip(index.shape, source.shape)) if d != dim)
 
 
 def rewritten(gm: fx.GraphModule) -> None:

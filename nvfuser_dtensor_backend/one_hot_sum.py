@@ -28,7 +28,7 @@ import torch
 from torch import fx
 from torch._guards import detect_fake_mode
 
-from .fx_nodes import call_with_val, rewritten
+from .fx_nodes import call_with_val, one_per_row, rewritten
 from .fx_nodes import val as _val
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -52,13 +52,10 @@ def _one_hot(node, dim: int):
     if not isinstance(node, fx.Node) or node.op != "call_function" or node.target is not aten.scatter.value:
         return None
     src, d, index, value = node.args[:4]
-    vsrc, vidx = _val(src), _val(index)
+    vsrc = _val(src)
     if (not _zeros(src) or not isinstance(d, int) or not isinstance(value, (int, float))
-            or not isinstance(vsrc, torch.Tensor) or not isinstance(vidx, torch.Tensor) or vidx.dim() != vsrc.dim()):
-        return None
-    if d % vsrc.dim() != dim or vidx.shape[dim] != 1:
-        return None
-    if any(i != s for k, (i, s) in enumerate(zip(vidx.shape, vsrc.shape)) if k != dim):
+            or not isinstance(vsrc, torch.Tensor) or vsrc.dim() == 0 or d % vsrc.dim() != dim
+            or not one_per_row(_val(index), vsrc, dim)):
         return None
     return value
 
@@ -114,8 +111,10 @@ def fold_one_hot_sums(gm: fx.GraphModule) -> int:
         if node.op != "call_function":
             continue
         row_sum, softmax = _row_sum(node), _softmax_backward(node)
+        if row_sum is None and softmax is None:
+            continue
         fake_mode = detect_fake_mode([_val(node)])
-        if (row_sum is None and softmax is None) or fake_mode is None:
+        if fake_mode is None:
             continue
         with graph.inserting_before(node):
             if row_sum is not None:

@@ -9,6 +9,12 @@ from typing import Any
 FALLBACKS = ("eager", "inductor", "error")
 
 
+def env_flag(name: str, default: bool = False) -> bool:
+    """Whether the environment variable ``name`` is set to something other than "" or "0"
+    (``default`` when it is not set)."""
+    return os.environ.get(name, "1" if default else "0") not in ("", "0")
+
+
 class OptionsError(ValueError):
     """Bad ``options`` given to the nvfuser_dtensor backend."""
 
@@ -87,9 +93,9 @@ class Options:
             )
         if "dump_dir" not in options and os.environ.get("NVFUSER_DTENSOR_DUMP"):
             options["dump_dir"] = os.environ["NVFUSER_DTENSOR_DUMP"]
-        if "check_layouts" not in options and os.environ.get("NVFUSER_DTENSOR_CHECK_LAYOUTS", "0") not in ("", "0"):
+        if "check_layouts" not in options and env_flag("NVFUSER_DTENSOR_CHECK_LAYOUTS"):
             options["check_layouts"] = True
-        if "verify" not in options and os.environ.get("NVFUSER_DTENSOR_VERIFY", "0") not in ("", "0"):
+        if "verify" not in options and env_flag("NVFUSER_DTENSOR_VERIFY"):
             options["verify"] = True
         opts = Options(**options)
         if opts.fallback not in FALLBACKS:

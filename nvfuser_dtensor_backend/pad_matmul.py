@@ -27,7 +27,6 @@ operand), sliced back to its shape:
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 from torch import fx
@@ -35,6 +34,7 @@ from torch._guards import detect_fake_mode
 
 from .fx_nodes import call_with_val, rewritten
 from .fx_nodes import val as _val
+from .options import env_flag
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 aten = torch.ops.aten
@@ -44,7 +44,7 @@ ALIGN = 8  # elements of a 16-bit dtype in 16 bytes
 # is unaligned as they are, so no padded output is sliced and copied to a dense tensor (GPT-2's
 # forward LM head: the copy took 0.47 ms of its step on the H200, against 0.45 ms for the
 # padded GEMM itself); whether cuBLAS's kernel for the unaligned N costs less is not measured.
-PAD_N = os.environ.get("NVFUSER_DTENSOR_PAD_N", "1") not in ("", "0")
+PAD_N = env_flag("NVFUSER_DTENSOR_PAD_N", default=True)
 DTYPES = (torch.bfloat16, torch.float16)
 MIN_MACS = 1 << 27
 _TRANSPOSES = (aten.t.default, aten.permute.default, aten.transpose.int)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 from dataclasses import dataclass, field
 
 import torch
@@ -12,6 +11,7 @@ from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from .options import env_flag
 from .registry import Translator, Unsupported, lookup, op_name
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -77,7 +77,7 @@ aten = torch.ops.aten
 # the padded tensor, then a strided copy) and the forward's slice-to-dense copy 0.47 ms, for
 # 412 MB each (benchmarks/results/h200_profiles_regions); whether nvFuser's kernels do better
 # is not measured yet.
-COPY_REGIONS = os.environ.get("NVFUSER_DTENSOR_COPY_REGIONS", "0") not in ("", "0")
+COPY_REGIONS = env_flag("NVFUSER_DTENSOR_COPY_REGIONS")
 _COPIES = (aten.constant_pad_nd.default, aten.clone.default)
 
 

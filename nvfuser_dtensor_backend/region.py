@@ -24,7 +24,7 @@ from torch import fx
 from ._nvfuser import version as nvfuser_version
 from .evaluator import Evaluator
 from .fusion import BuiltFusion, build_fusion, describe, memory_order, recorded_layout
-from .options import Options
+from .options import Options, env_flag
 from .registry import op_name
 from . import verify
 
@@ -265,7 +265,7 @@ class _TracingEntry:
         return out
 
 
-_TRACE = os.environ.get("NVFUSER_DTENSOR_TRACE", "0") not in ("", "0")
+_TRACE = env_flag("NVFUSER_DTENSOR_TRACE")
 
 
 class _ProfiledEntry:
@@ -283,7 +283,7 @@ class _ProfiledEntry:
             return self.inner(args)
 
 
-_PROFILE = os.environ.get("NVFUSER_DTENSOR_PROFILE", "0") not in ("", "0")
+_PROFILE = env_flag("NVFUSER_DTENSOR_PROFILE")
 
 
 class FusedRegion(torch.nn.Module):

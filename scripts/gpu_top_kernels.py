@@ -6,7 +6,9 @@
 For each backend: three warm-up steps, then one step under the profiler; prints the kernels
 by total GPU time (name, calls, ms), so two backends' steps can be told apart kernel by kernel.
 ``--regions`` (sets NVFUSER_DTENSOR_PROFILE=1; use a backend without CUDA graphs, whose
-replays hide the ranges) also prints the GPU time of each of our regions, with its ops.
+replays hide the ranges) also prints each of our region calls' GPU span (first kernel's start
+to last kernel's end, gaps included), with its ops, and the kernels launched outside regions by
+the aten op that launched them.
 """
 
 from __future__ import annotations
@@ -55,17 +57,26 @@ def main(argv=None) -> int:
         totals: dict[str, list] = {}
         for e in prof.events():
             if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith("nvfr "):
-                t = totals.setdefault(e.name, [0, 0.0])
-                t[0] += 1
-                t[1] += e.time_range.elapsed_us() / 1e3
+                _add(totals, e.name, e.time_range.elapsed_us() / 1e3)
         all_ms = sum(t[1] for t in totals.values())
         print(f"== {args.model} {args.mode} {backend}: {sum(t[0] for t in totals.values())} GPU activities, {all_ms:.2f} ms")
-        for name, (n, ms) in sorted(totals.items(), key=lambda kv: -kv[1][1])[: args.top]:
-            print(f"  {ms:7.3f} ms {n:4d}x  {name[:150]}")
+        _print_top(totals, args.top, 150)
         if args.regions:
             _print_regions(prof, args.top, all_ms)
         sys.stdout.flush()
     return 0
+
+
+def _add(table: dict, key: str, ms: float) -> None:
+    """Counts one more call of ``key`` taking ``ms`` (``table``: key -> [calls, ms])."""
+    t = table.setdefault(key, [0, 0.0])
+    t[0] += 1
+    t[1] += ms
+
+
+def _print_top(table: dict, top: int, width: int) -> None:
+    for name, (n, ms) in sorted(table.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"  {ms:7.3f} ms {n:4d}x  {name[:width]}")
 
 
 def _print_regions(prof, top: int, all_ms: float) -> None:
@@ -74,17 +85,14 @@ def _print_regions(prof, top: int, all_ms: float) -> None:
     regions: dict[str, list] = {}
     for e in prof.events():  # the ranges' GPU side: from the first kernel's start to the last one's end
         if e.device_type == torch.autograd.DeviceType.CUDA and e.name.startswith("nvfr "):
-            r = regions.setdefault(e.name, [0, 0.0])
-            r[0] += 1
-            r[1] += e.time_range.elapsed_us() / 1e3
+            _add(regions, e.name, e.time_range.elapsed_us() / 1e3)
     total = sum(r[1] for r in regions.values())
     try:
         _print_outside(prof, top)
     except Exception as e:  # noqa: BLE001 - the profiler's event fields differ between versions
         print(f"-- kernels outside our regions: not attributed ({type(e).__name__}: {e})")
     print(f"-- {len(regions)} region calls' spans on the GPU: {total:.2f} ms of the step's {all_ms:.2f} ms of kernels")
-    for name, (n, ms) in sorted(regions.items(), key=lambda kv: -kv[1][1])[:top]:
-        print(f"  {ms:7.3f} ms {n:4d}x  {name[:220]}")
+    _print_top(regions, top, 220)
 
 
 def _print_outside(prof, top: int) -> None:
@@ -100,12 +108,9 @@ def _print_outside(prof, top: int) -> None:
         if up is not None:
             continue  # inside one of our regions
         key = " < ".join([e.name] + chain[:2]) + f" {e.input_shapes}"[:160]
-        o = ops.setdefault(key, [0, 0.0])
-        o[0] += 1
-        o[1] += sum(k.duration for k in kernels) / 1e3
+        _add(ops, key, sum(k.duration for k in kernels) / 1e3)
     print("-- kernels outside our regions, by the op that launched them")
-    for name, (n, ms) in sorted(ops.items(), key=lambda kv: -kv[1][1])[:top]:
-        print(f"  {ms:7.3f} ms {n:4d}x  {name}")
+    _print_top(ops, top, 400)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 
 import torch
@@ -10,6 +13,17 @@ import nvfuser_dtensor_backend as nb
 from nvfuser_dtensor_backend.region import NvFuserFallbackWarning
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def last_line_with_env(script: str, **env: str) -> str:
+    """The last line ``script`` prints, run by ``python -c`` in a process of its own from the
+    project root with ``env`` added (switches the package reads at import); fails the test
+    with its stderr if it fails."""
+    run = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **env), capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout.strip().splitlines()[-1]
 
 # Tolerances per dtype for one op (bf16/fp16 results are rounded once from fp32).
 TOLERANCES = {

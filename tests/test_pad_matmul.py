@@ -7,7 +7,7 @@ import nvfuser_dtensor_backend.backend as backend
 from nvfuser_dtensor_backend.options import Options, OptionsError
 from nvfuser_dtensor_backend.pad_matmul import pad_matmuls
 
-from helpers import check_parity, randn
+from helpers import check_parity, last_line_with_env, randn
 
 HALF = [torch.bfloat16, torch.float16]
 
@@ -89,15 +89,8 @@ print(sorted(set(ops + fused_ops())))
 @pytest.mark.parametrize("switch,fused", [("0", []), ("1", ["aten.clone.default", "aten.constant_pad_nd.default"])])
 def test_copy_regions_switch(switch, fused):
     # partition.COPY_REGIONS (an H200 A/B switch, read at import): a lone pad or copy is a region
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, NVFUSER_DTENSOR_COPY_REGIONS=switch)
-    run = subprocess.run([sys.executable, "-c", _COPY_REGION_SCRIPT], env=env, capture_output=True, text=True,
-                         timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert [op for op in fused if op in run.stdout.strip().splitlines()[-1]] == fused
+    shown = last_line_with_env(_COPY_REGION_SCRIPT, NVFUSER_DTENSOR_COPY_REGIONS=switch)
+    assert [op for op in fused if op in shown] == fused
 
 
 _PAD_N_SCRIPT = """
@@ -116,12 +109,4 @@ print(pad_matmuls(make_fx(torch.mm, tracing_mode="fake")(a, b), True),  # N of 3
 def test_pad_n_switch(switch, padded):
     # pad_matmul.PAD_N (an H200 A/B switch, read at import): an unaligned N is left alone, an
     # unaligned K still padded
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, NVFUSER_DTENSOR_PAD_N=switch)
-    run = subprocess.run([sys.executable, "-c", _PAD_N_SCRIPT], env=env, capture_output=True, text=True,
-                         timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.strip().splitlines()[-1] == padded
+    assert last_line_with_env(_PAD_N_SCRIPT, NVFUSER_DTENSOR_PAD_N=switch) == padded

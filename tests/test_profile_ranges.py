@@ -1,10 +1,8 @@
 """NVFUSER_DTENSOR_PROFILE=1 (region.py, _ProfiledEntry): each region call is a named profiler range."""
 
-import os
-import subprocess
-import sys
-
 import pytest
+
+from helpers import last_line_with_env
 
 _SCRIPT = """
 import sys, torch
@@ -22,10 +20,7 @@ print(sorted({e.name for e in prof.events() if e.name.startswith("nvfr ")}))
 
 @pytest.mark.parametrize("switch", ["0", "1"])
 def test_region_calls_are_named_ranges_only_when_asked(switch):
-    env = dict(os.environ, NVFUSER_DTENSOR_PROFILE=switch)
-    run = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    names = run.stdout.strip().splitlines()[-1]
+    names = last_line_with_env(_SCRIPT, NVFUSER_DTENSOR_PROFILE=switch)
     if switch == "1":
         assert names == "['nvfr inference.nvfuser_region_0 aten.add.Tensor,aten.gelu.default,aten.sum.dim_IntList']"
     else:

@@ -119,7 +119,7 @@ ODD_WIDE_ROW = 8192  # wider rows of odd width are cut; narrower ones fit a regi
 # and its backward over them are decomposed as over odd rows (decompositions.py): the forward
 # then saves the bf16 logits and two row statistics instead of writing the float
 # log-probabilities. On the H200 (scripts/gpu_top_kernels.py llama --regions, 2026-12-04)
-# Llama's training step took 4.04 ms of kernels so, against 4.35 ms with one log_softmax op
+# Llama's training step took 4.04 ms of kernels, against 4.35 ms with one log_softmax op
 # (its loss forward region: 0.16 ms against 0.43 ms) and 4.23 ms with even rows cut too.
 # NVFUSER_DTENSOR_WIDE_ROWS chooses for A/B runs (not a user setting): "odd" (even rows left
 # whole), "decompose" (the default) or "cut".

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from helpers import DEVICE, assert_close, check_parity, fused_ops, randn
+from helpers import DEVICE, assert_close, check_parity, fused_ops, last_line_with_env, randn
 from nvfuser_dtensor_backend.evaluator import Evaluator
 from nvfuser_dtensor_backend.fusion import TensorDesc, build_fusion
 
@@ -234,12 +234,4 @@ print("decomposed" if "aten.amax.default" in fused_ops() else "whole")
 def test_wide_even_rows_switch(mode, shown):
     # reduction.WIDE_ROWS, the H200 A/B switch for wide rows of even width (a vocabulary of
     # 32000; default "decompose"): read at import, so each mode runs in a process of its own
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, NVFUSER_DTENSOR_WIDE_ROWS=mode)
-    run = subprocess.run([sys.executable, "-c", _EVEN_ROWS_SCRIPT], env=env, capture_output=True, text=True,
-                         timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.strip().splitlines()[-1] == shown
+    assert last_line_with_env(_EVEN_ROWS_SCRIPT, NVFUSER_DTENSOR_WIDE_ROWS=mode) == shown
