@@ -4,7 +4,9 @@
     python -m benchmarks.models --device cpu --size tiny --dtype float32 --backends eager,nvfuser_dtensor  # smoke
 
 Each model runs in its own subprocess (``--one NAME``, rows written to a JSON file as they are
-measured) with a timeout (``--timeout-s``), so a CUDA fault or a hang in one model cannot hide
+measured) with a timeout (``--timeout-s``); with ``--jobs N`` N of them run at once, compiling side
+by side but warming up and timing one at a time (a file lock), so a timed step never shares the
+GPU with another model's steps. A CUDA fault or a hang in one model cannot hide
 the others: a crashed or timed-out process gives rows with status ``error`` and the last lines
 of its stderr. In a model's process: eager first (the reference), then each compiled backend,
 each compiled fresh (``torch._dynamo.reset()``) from a deep copy of the same initial weights,
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import copy
 import csv
 import json
@@ -62,8 +65,31 @@ def _row(a, name: str, mode: str, backend: str, **kw) -> dict:
 
 # ------------------------------------------------------------------------- one model, in-process
 
-def _time(model, zm, batch, train: bool, device: str, warmup: int, iters: int) -> dict:
+@contextlib.contextmanager
+def _timing_turn(lock_file: str):
+    """Hold the zoo's timing lock (``--timing-lock``): with several model processes at once, they
+    compile side by side but warm up and time one at a time, so no timed step shares the GPU
+    with another process's steps (compiles still share the CPU)."""
+    if not lock_file:
+        yield
+        return
+    import fcntl
+
+    with open(lock_file, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _time(model, zm, batch, train: bool, device: str, warmup: int, iters: int, lock_file: str = "") -> dict:
     """Median step time after ``warmup`` steps, and the peak memory of the timed steps (CUDA)."""
+    with _timing_turn(lock_file):
+        return _time_now(model, zm, batch, train, device, warmup, iters)
+
+
+def _time_now(model, zm, batch, train: bool, device: str, warmup: int, iters: int) -> dict:
     def step():
         zoo_check.run_step(model, batch, zm.loss_fn, train, collect=False)
 
@@ -139,7 +165,7 @@ def measure_model(a, name: str, emit) -> None:
             try:
                 if backend == "eager":
                     row.update(status="ok", first_call_s=first, loss_err=0.0, grad_err=0.0 if train else None,
-                               **_time(eager, zm, batch, train, a.device, a.warmup, a.iters))
+                               **_time(eager, zm, batch, train, a.device, a.warmup, a.iters, a.timing_lock))
                 else:
                     row.update(_measure_compiled(a, zm, batch, backend, train, ref, fp64_cache))
             except Exception as e:  # noqa: BLE001 - a failing backend is a result
@@ -182,7 +208,7 @@ def _measure_compiled(a, zm, batch, backend: str, train: bool, ref, fp64_cache: 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = zoo_check.compare(zm, name, train, options, ref=ref, fp64_cache=fp64_cache)
-        timing = _time(res["compiled"], zm, batch, train, a.device, a.warmup, a.iters)
+        timing = _time(res["compiled"], zm, batch, train, a.device, a.warmup, a.iters, a.timing_lock)
     row = dict(status=res["status"], first_call_s=res["first_call_s"], loss_err=res["loss_err"],
                grad_err=res["grad_err"], tol_loss=res["tol"]["loss"], tol_grad=res["tol"]["grad"], **timing)
     if base_reserved is not None:
@@ -227,6 +253,7 @@ def _child_argv(a, name: str, result_file: str) -> list[str]:
     argv = [sys.executable, "-m", "benchmarks.models", "--one", name, "--result-file", result_file,
             "--device", a.device, "--dtype", a.dtype, "--size", a.size, "--modes", a.modes,
             "--backends", a.backends, "--warmup", str(a.warmup), "--iters", str(a.iters)]
+    argv += ["--timing-lock", a.timing_lock] if a.timing_lock else []
     return argv + (["--dump-dir", a.dump_dir] if a.dump_dir else [])
 
 
@@ -277,7 +304,9 @@ def summary(rows: list[dict], env: dict) -> str:
              f"- Date: {env.get('date')}; device: {env.get('gpu', env.get('device'))}; torch {env.get('torch')}; "
              f"nvFuser {env.get('nvfuser')}; commit {env.get('git_commit', '?')[:12]}",
              "- ms: median step time (train: forward + loss + backward; infer: forward under no_grad). "
-             "speedup > 1: ours is faster than inductor.", ""]
+             "speedup > 1: ours is faster than inductor.",
+             f"- {env.get('jobs', 1)} model process(es) at once; steps timed "
+             + ("one process at a time" if env.get("timed_alone", True) else "by all processes at once (noisy)"), ""]
     for b in ours:
         gm = geomean(r.get("speedup_vs_inductor") for r in rows if r["backend"] == b and r["status"] == "ok")
         n_ok = sum(r["status"] == "ok" for r in rows if r["backend"] == b)
@@ -369,8 +398,12 @@ def parse_args(argv=None):
                    help="backend option dump_dir: every FusionDefinition, in DIR/model/mode/backend/")
     p.add_argument("--one", default="", help=argparse.SUPPRESS)  # internal: the model process
     p.add_argument("--jobs", type=int, default=1,
-                   help="models run at once, each in its own process (>1 shares the GPU while timing)")
+                   help="models run at once, each in its own process; they compile side by side and time "
+                        "their steps one at a time (see --timed-together)")
     p.add_argument("--result-file", default="", help=argparse.SUPPRESS)
+    p.add_argument("--timing-lock", default="", help=argparse.SUPPRESS)  # internal: see _timing_turn
+    p.add_argument("--timed-together", action="store_true",
+                   help="with --jobs > 1, let models time their steps at the same time (the old, noisier way)")
     a = p.parse_args(argv)
     a.size = a.size or ("real" if a.device == "cuda" else "tiny")
     a.warmup = a.warmup or (3 if a.device == "cuda" else 1)
@@ -391,9 +424,11 @@ def main(argv=None) -> list[dict]:
     env = environment(a.device, None)
     env.update(size=a.size, dtype=a.dtype,
                command="python -m benchmarks.models " + " ".join(argv if argv is not None else sys.argv[1:]))
-    env.update(jobs=a.jobs)  # models run at once: with more than 1, they share the GPU while timed
+    env.update(jobs=a.jobs, timed_alone=a.jobs == 1 or not a.timed_together)
     rows, t_start = [], time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+    with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        if a.jobs > 1 and not a.timed_together:
+            a.timing_lock = str(Path(tmp) / "timing.lock")  # models compile at once, time one at a time
         futures = {pool.submit(run_in_subprocess, a, name): name for name in a.names}
         for i, future in enumerate(concurrent.futures.as_completed(futures)):
             name, new = futures[future], future.result()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (about 8 minutes), after `source .device/setup.sh`: the model zoo with the
-# backend's own CUDA-graph runner (every model in its own process, all 13 at once, so step
-# times are rough) against inductor and its reduce-overhead mode, next to the GPU tests and
+# backend's own CUDA-graph runner (every model in its own process, all 13 compiling at once,
+# timing their steps one at a time) against inductor and its reduce-overhead mode, next to the GPU tests and
 # the top kernels of GPT-2's training step (REGION_ERRORS="gpt2 roberta": the whole nvFuser
 # errors of those models' fallback regions, scripts/gpu_region_errors.py; DIAG="bart": step times
 # and what is captured; ZOO_MODELS, ZOO_MODES, ZOO_JOBS, ZOO_BACKENDS narrow the zoo; OVERHEAD_TIMEOUT=0

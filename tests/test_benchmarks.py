@@ -100,3 +100,30 @@ def test_backend_names_carry_boolean_options():
     assert run.parse_backend("nvfuser_dtensor:no_cuda_graphs") == ("nvfuser_dtensor", {"cuda_graphs": False})
     assert run.parse_backend("nvfuser_dtensor:cuda_graphs=trees") == ("nvfuser_dtensor", {"cuda_graphs": "trees"})
     assert run.compile_kwargs("inductor", {"reduce-overhead": True})["mode"] == "reduce-overhead"
+
+
+def test_zoo_model_processes_time_one_at_a_time(tmp_path):
+    """With --jobs > 1 the model processes time their steps in turn (benchmarks.models._timing_turn):
+    two holders of the timing lock never overlap, and without a lock file nothing waits."""
+    import threading
+    import time
+
+    from benchmarks import models
+
+    lock, spans = str(tmp_path / "timing.lock"), []
+
+    def timed():
+        with models._timing_turn(lock):
+            start = time.monotonic()
+            time.sleep(0.2)
+            spans.append((start, time.monotonic()))
+
+    threads = [threading.Thread(target=timed) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    spans.sort()
+    assert len(spans) == 3 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    with models._timing_turn(""):
+        pass
