@@ -14,8 +14,13 @@ padded with zeros to multiples of 8 (M only where it is a leading dim: a column-
 operand), sliced back to its shape:
 - zeros added along K add nothing to the product; rows added along M and columns along N
   are sliced off, so the result is exact;
-- an output sliced along N is copied to a dense tensor (aten's graph recorded a dense mm
-  output, and ``view`` ops after it depend on that); one sliced along M only is dense as it is;
+- an output sliced along N stays a view of the padded product (row stride a multiple of 8)
+  when every view op after it takes that layout (checked on its recorded value: GPT-2's
+  ``view`` of the logits to [batch, seq, vocab] does). Otherwise it is copied to a dense
+  tensor, as aten's graph recorded. On the H200 that copy of GPT-2's logits took 0.47 ms
+  of a 6.3 ms step (benchmarks/results/h200_profiles_regions); the views hand the user
+  strided logits, as inductor's padded matmuls do, and our CUDA graphs copy them out whole.
+  One sliced along M only is dense as it is;
 - an operand that is a transpose (``t``/``permute``) of a value is padded before the
   transpose, and every pad of a value is made once per graph: the LM head's output
   gradient feeds both the input and the weight gradients, and is padded once;
@@ -34,20 +39,20 @@ from torch._guards import detect_fake_mode
 
 from .fx_nodes import call_with_val, rewritten
 from .fx_nodes import val as _val
-from .options import env_flag
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 aten = torch.ops.aten
 
 ALIGN = 8  # elements of a 16-bit dtype in 16 bytes
-# A/B switch for the H200 (not a user setting): NVFUSER_DTENSOR_PAD_N=0 leaves GEMMs whose N
-# is unaligned as they are, so no padded output is sliced and copied to a dense tensor (GPT-2's
-# forward LM head: the copy took 0.47 ms of its step on the H200, against 0.45 ms for the
-# padded GEMM itself); whether cuBLAS's kernel for the unaligned N costs less is not measured.
-PAD_N = env_flag("NVFUSER_DTENSOR_PAD_N", default=True)
 DTYPES = (torch.bfloat16, torch.float16)
 MIN_MACS = 1 << 27
 _TRANSPOSES = (aten.t.default, aten.permute.default, aten.transpose.int)
+# Ops whose output is a view of their first argument's memory: after a sliced product they
+# must take its strided layout (``view`` raises where it cannot).
+_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.alias.default,
+                    aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.expand.default,
+                    aten.permute.default, aten.t.default, aten.transpose.int, aten.slice.Tensor,
+                    aten.select.int})
 
 
 def _padded(n: int) -> int:
@@ -115,6 +120,25 @@ def _dims(node: fx.Node):
     return a, b, bias, m, k, n, m_leads
 
 
+def _restrided_views(node: fx.Node, value, fake_mode) -> dict | None:
+    """The values of the view ops under ``node`` (transitively) once ``node``'s value is
+    ``value`` (a strided slice), or None if one of them cannot view it."""
+    values, todo = {node: value}, [node]
+    while todo:
+        for user in todo.pop().users:
+            if user.op != "call_function" or user.target not in _VIEWS:
+                continue
+            args = fx.node.map_arg(user.args, lambda a: values.get(a, _val(a)))
+            try:
+                with fake_mode:
+                    values[user] = user.target(*args, **user.kwargs)
+            except Exception:  # noqa: BLE001 - aten's view raises RuntimeError or ValueError: keep the copy
+                return None
+            todo.append(user)
+    del values[node]
+    return values
+
+
 def pad_matmuls(gm: fx.GraphModule, mode) -> int:
     """Rewrite the unaligned 16-bit GEMMs of ``gm`` (Note [Padded matmuls]); returns how many."""
     graph = gm.graph
@@ -125,8 +149,6 @@ def pad_matmuls(gm: fx.GraphModule, mode) -> int:
             continue
         _, _, _, m, k, n, m_leads = dims
         if (not m_leads or m == _padded(m)) and k == _padded(k) and n == _padded(n):
-            continue
-        if not PAD_N and n != _padded(n):
             continue
         if mode == "auto" and (not _val(node).is_cuda or m * k * n < MIN_MACS):
             continue
@@ -156,7 +178,12 @@ def pad_matmuls(gm: fx.GraphModule, mode) -> int:
                 out = rw.call(aten.slice.Tensor, [out, 0, 0, m])
             if np_ != n:
                 out = rw.call(aten.slice.Tensor, [out, 1, 0, n])
-                out = rw.call(aten.clone.default, [out], {"memory_format": torch.contiguous_format})
+                views = _restrided_views(node, _val(out), fake_mode)
+                if views is None:  # a view after it needs the dense layout aten recorded
+                    out = rw.call(aten.clone.default, [out], {"memory_format": torch.contiguous_format})
+                else:
+                    for view, value in views.items():
+                        view.meta["val"] = value
         node.replace_all_uses_with(out)
         graph.erase_node(node)
     rewritten(gm)  # transposes that only fed a replaced matmul go

@@ -71,21 +71,13 @@ def _graph_on_cuda(gm: fx.GraphModule) -> bool:
 
 aten = torch.ops.aten
 
-# A/B switch for the H200 (not a user setting): with NVFUSER_DTENSOR_COPY_REGIONS=1 a region of
-# only a pad or a copy is kept (nvFuser writes it) instead of left to aten. On the H200 aten's
-# constant_pad_nd of GPT-2's logits gradient (Note [Padded matmuls]) took 0.60 ms (a fill of
-# the padded tensor, then a strided copy) and the forward's slice-to-dense copy 0.47 ms, for
-# 412 MB each (benchmarks/results/h200_profiles_regions); whether nvFuser's kernels do better
-# is not measured yet.
-COPY_REGIONS = env_flag("NVFUSER_DTENSOR_COPY_REGIONS")
-_COPIES = (aten.constant_pad_nd.default, aten.clone.default)
 
 
 def _compute_nodes(nodes) -> int:
     count = 0
     for n in nodes:
         entry = lookup(n)
-        if isinstance(entry, Translator) and (entry.compute or (COPY_REGIONS and n.target in _COPIES)):
+        if isinstance(entry, Translator) and entry.compute:
             count += 1
     return count
 
