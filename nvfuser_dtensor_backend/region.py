@@ -239,6 +239,20 @@ class _ContiguousEntry:
         return self.inner([a.contiguous() if isinstance(a, torch.Tensor) else a for a in args])
 
 
+# Note [Retries at run time]
+# nvFuser compiles a definition on its first execute, and some of its schedulers and lowering
+# passes reject what they were given. Before a region falls back to PyTorch it is retried:
+# 1. on contiguous copies of strided inputs: some schedulers reject permuted inputs
+#    ("Vectorized dim for producer has to be from an inner most position");
+# 2. defined with static sizes (fusion.TensorDesc.sizes; the entry key holds the shapes):
+#    on the H200 Phi's RoPE backward regions (slice_scatter of rotated halves) failed in
+#    lowering with symbolic sizes, "Invalid domains to map" at fusion.cpp:1020, where two
+#    extents that are equal at run time (an input's metadata size and another input's
+#    symbolic size) could not be proven equal.
+# Each retry costs one more compile of that region only, and succeeds or fails once per
+# entry key; what runs is logged at INFO.
+
+
 def _describe_arg(a) -> str:
     if not isinstance(a, torch.Tensor):
         return repr(a)
@@ -302,6 +316,7 @@ class FusedRegion(torch.nn.Module):
         key_text = _canonical_code(region) + repr(size1) + repr(_output_orders(outs))
         self._code_key = hashlib.sha1(key_text.encode()).hexdigest()
         self._entries: dict[Any, Callable] = {}
+        self._static_keys: set = set()  # entry keys already retried with static sizes
         self._warned: set[str] = set()
         self.ops = [op_name(n.target) for n in region.graph.nodes if n.op == "call_function"]
         self.fallback_reason: str | None = None
@@ -358,11 +373,11 @@ class FusedRegion(torch.nn.Module):
                     f"region {self.name} ({', '.join(self.ops)}), output {i} run by {how}: {why} "
                     "(Note [Output layout contract])")
 
-    def _make_entry(self, args):
+    def _make_entry(self, args, static: bool = False):
         if _mixed_layouts(args, self._tensor_outputs):  # Note [Mixed input layouts with several outputs]
             return _ContiguousEntry(self._make_entry([a.contiguous() if isinstance(a, torch.Tensor) else a
-                                                      for a in args]))
-        descs = tuple(describe(a) for a in args)
+                                                      for a in args], static))
+        descs = tuple(describe(a, static) for a in args)
         cache_key = (self._code_key, descs, nvfuser_version())
         built = FUSION_CACHE.get_or_build(cache_key, lambda: self._build(descs))
         # A region whose tensor inputs are all CPU scalars (T5's position buckets next to an
@@ -390,21 +405,27 @@ class FusedRegion(torch.nn.Module):
         return entry
 
     def _recover(self, key, args, entry, error):
-        """nvFuser failed at run time: retry with contiguous inputs, else fall back."""
+        """nvFuser failed at run time: retry with contiguous inputs, then with static sizes
+        (Note [Retries at run time]), else fall back."""
         strided = any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in args)
+        retries = []
         if strided and not isinstance(entry, _ContiguousEntry):
-            # NOTE: some nvFuser schedulers reject permuted inputs ("Vectorized dim for
-            # producer has to be from an inner most position"); a copy keeps the fusion.
-            contiguous = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
+            retries.append((True, False, "contiguous copies of its inputs"))
+        if key not in self._static_keys:
+            retries.append((strided, True, "static sizes" + (" on contiguous copies" if strided else "")))
+        for contiguous, static, how in retries:
+            run_args = [a.contiguous() if contiguous and isinstance(a, torch.Tensor) else a for a in args]
             try:
-                inner = self._make_entry(contiguous)
-                out = inner(contiguous)
-                self._entries[key] = _ContiguousEntry(inner)
-                log.info("nvfuser_dtensor: region %s runs on contiguous copies of its inputs (%s)",
-                         self.name, _first_line(error))
-                return out
-            except Exception as e:
+                inner = self._make_entry(run_args, static)
+                out = inner(run_args)
+            except Exception as e:  # noqa: BLE001 - the next retry, or the fallback, says why
                 error = e
+                continue
+            if static:
+                self._static_keys.add(key)
+            self._entries[key] = _ContiguousEntry(inner) if contiguous else inner
+            log.info("nvfuser_dtensor: region %s runs with %s (%s)", self.name, how, _first_line(error))
+            return out
         fallback = self._fail(key, f"nvFuser failed at run time: {_first_line(error)}", error)
         return fallback(list(args))
 

@@ -1,5 +1,6 @@
 """Structure and safety of the backend: regions, splitting, caching, fallbacks, options."""
 
+import logging
 import warnings
 
 import pytest
@@ -304,3 +305,32 @@ def test_attention_left_to_pytorch_splits_regions_only_where_it_must():
     # The rope backward (slice_scatter x4) is one region, the norm backward another.
     bwd = reports["backward"].regions
     assert len(bwd) == 2 and any(r.count("aten.slice_scatter.default") == 4 for r in bwd), reports["backward"].summary()
+
+
+def test_run_time_error_with_symbolic_sizes_retries_static(monkeypatch, caplog):
+    # Note [Retries at run time]: a definition nvFuser rejects with symbolic sizes is
+    # defined again with static ones (per input shape), with no fallback warning
+    from nvfuser_dtensor_backend import region as region_mod
+
+    cls = region_mod._EvaluatorEntry if DEVICE == "cpu" else region_mod._NvFuserEntry
+    real_init, real_call, built = cls.__init__, cls.__call__, {}
+
+    def init(self, b, single):
+        real_init(self, b, single)
+        built[id(self)] = b
+
+    def symbolic_fails(self, args):
+        if "shape=[-1" in repr(built[id(self)].fd):
+            raise RuntimeError("Invalid domains to map")
+        return real_call(self, args)
+
+    monkeypatch.setattr(cls, "__init__", init)
+    monkeypatch.setattr(cls, "__call__", symbolic_fails)
+    nb.clear_cache()
+    compiled = compile_fn(lambda x, y: torch.cos(x) * y + 1)
+    with warnings.catch_warnings(), caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
+        warnings.simplefilter("error", NvFuserFallbackWarning)
+        for shape in [(6, 5), (6, 5), (3, 9)]:
+            x, y = randn(*shape), randn(*shape)
+            assert_close(compiled(x, y), torch.cos(x) * y + 1)
+    assert sum("runs with static sizes" in r.getMessage() for r in caplog.records) == 2  # once per shape
