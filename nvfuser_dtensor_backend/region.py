@@ -9,6 +9,7 @@ translation and no descriptor work happens on that path.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -25,6 +26,7 @@ from ._nvfuser import version as nvfuser_version
 from .evaluator import Evaluator
 from .fusion import BuiltFusion, build_fusion, describe, memory_order, recorded_layout
 from .options import Options, env_flag
+from .permuted_inputs import PermutedEntry, without_input_permutes
 from .registry import op_name
 from . import verify
 
@@ -248,7 +250,10 @@ class _ContiguousEntry:
 #    on the H200 Phi's RoPE backward regions (slice_scatter of rotated halves) failed in
 #    lowering with symbolic sizes, "Invalid domains to map" at fusion.cpp:1020, where two
 #    extents that are equal at run time (an input's metadata size and another input's
-#    symbolic size) could not be proven equal.
+#    symbolic size) could not be proven equal;
+# 3. with the inputs it only permutes handed over permuted and dense (permuted_inputs.py):
+#    ConvNeXt's channels-last LayerNorm backward, whose permuted input nvFuser vectorized
+#    along a dim that is not innermost in memory.
 # Each retry costs one more compile of that region only, and succeeds or fails once per
 # entry key; what runs is logged at INFO.
 
@@ -426,6 +431,20 @@ class FusedRegion(torch.nn.Module):
             self._entries[key] = _ContiguousEntry(inner) if contiguous else inner
             log.info("nvfuser_dtensor: region %s runs with %s (%s)", self.name, how, _first_line(error))
             return out
+        taken = without_input_permutes(self.region)
+        if taken is not None:
+            # a region of its own, which raises instead of falling back (this one falls back)
+            inner = FusedRegion(f"{self.name}.permuted_inputs", taken[0], dataclasses.replace(self.options, fallback="error"))
+            entry = PermutedEntry(inner.forward, taken[1])
+            try:
+                out = entry(args)
+            except Exception as e:  # noqa: BLE001 - the fallback below gives the first error
+                log.info("nvfuser_dtensor: region %s with its inputs permuted failed too: %s", self.name, _first_line(e))
+            else:
+                self._entries[key] = entry
+                log.info("nvfuser_dtensor: region %s runs on its inputs permuted and copied (%s)",
+                         self.name, _first_line(error))
+                return out
         fallback = self._fail(key, f"nvFuser failed at run time: {_first_line(error)}", error)
         return fallback(list(args))
 

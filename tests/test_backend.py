@@ -334,3 +334,52 @@ def test_run_time_error_with_symbolic_sizes_retries_static(monkeypatch, caplog):
             x, y = randn(*shape), randn(*shape)
             assert_close(compiled(x, y), torch.cos(x) * y + 1)
     assert sum("runs with static sizes" in r.getMessage() for r in caplog.records) == 2  # once per shape
+
+
+def test_run_time_error_on_a_permuted_input_retries_it_permuted(monkeypatch, caplog):
+    # Note [Retries at run time], 3: ConvNeXt's channels-last LayerNorm backward, whose input
+    # permuted inside the fusion nvFuser rejected; the region runs on a dense permuted copy
+    from nvfuser_dtensor_backend import region as region_mod
+
+    cls = region_mod._EvaluatorEntry if DEVICE == "cpu" else region_mod._NvFuserEntry
+    real_init, real_call, built = cls.__init__, cls.__call__, {}
+
+    def init(self, b, single):
+        real_init(self, b, single)
+        built[id(self)] = b
+
+    def permuted_input_fails(self, args):
+        if "fd.ops.permute(tv0" in repr(built[id(self)].fd):
+            raise RuntimeError("Vectorized dim for producer has to be from an inner most position")
+        return real_call(self, args)
+
+    monkeypatch.setattr(cls, "__init__", init)
+    monkeypatch.setattr(cls, "__call__", permuted_input_fails)
+    nb.clear_cache()
+
+    def f(x, w):
+        return torch.nn.functional.layer_norm(x.permute(0, 2, 3, 1), (8,), w) * 2
+
+    x, w = randn(2, 8, 5, 6), randn(8)
+    compiled = compile_fn(f)
+    with warnings.catch_warnings(), caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
+        warnings.simplefilter("error", NvFuserFallbackWarning)
+        for _ in range(2):
+            assert_close(compiled(x, w), f(x, w))
+    assert sum("inputs permuted and copied" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_permuted_input_retry_that_fails_falls_back_with_the_first_error(monkeypatch):
+    from nvfuser_dtensor_backend import region as region_mod
+
+    def fail(self, args):
+        raise RuntimeError("kernel launch failed")
+
+    monkeypatch.setattr(region_mod._EvaluatorEntry, "__call__", fail)
+    monkeypatch.setattr(region_mod._NvFuserEntry, "__call__", fail)
+    nb.clear_cache()
+    compiled = compile_fn(lambda x: torch.cos(x.permute(1, 0)) * 2)
+    x = randn(5, 7)
+    with pytest.warns(NvFuserFallbackWarning, match="run time.*kernel launch failed"):
+        out = compiled(x)
+    assert_close(out, torch.cos(x.permute(1, 0)) * 2)
