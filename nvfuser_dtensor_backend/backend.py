@@ -30,6 +30,7 @@ from .decompositions import decomposition_table
 from .distributed.global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
 from .options import Options
 from .cpu_constants import copy_constants_once
+from .dense_stack import write_stacks_once
 from .early_gather import gather_early
 from .one_hot_sum import fold_one_hot_sums
 from .pad_matmul import pad_matmuls
@@ -157,6 +158,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
     if region_cls is FusedRegion:
         gather_early(gm)
         fold_one_hot_sums(gm)
+        write_stacks_once(gm)
     fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul,
                                      replay_input_free=region_cls is FusedRegion,
                                      one_gemm_per_region=region_cls is FusedRegion)
