@@ -458,6 +458,9 @@ class FusedRegion(torch.nn.Module):
                 f.write(f"# region {self.name}: {', '.join(self.ops)}\n")
                 f.write(f"# inputs: {descs}\n")
                 f.write(repr(built.fd))
+                # repr() prints a segment_set as a cast; nvFuser's own IR shows it (SegmenterSet)
+                math = built.fd.fusion.print_math() if hasattr(built.fd, "fusion") else ""
+                f.write("\n# nvFuser IR:\n" + "".join(f"#   {line}\n" for line in (math or "").splitlines()))
         return built
 
     def _fail(self, key, reason: str, error: BaseException):

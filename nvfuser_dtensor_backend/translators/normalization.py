@@ -6,6 +6,8 @@ result to the node's dtype. Reduced extents come from ``size`` (symbolic), never
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from ..registry import translator
@@ -42,8 +44,26 @@ def native_layer_norm(ctx, x, normalized_shape, weight, bias, eps):
     return out, mean, rstd
 
 
+# Note [LayerNorm backward in two kernels]
+# nvFuser schedules layer_norm's backward (the input gradient's row reductions next to the
+# weight and bias gradients' column sums) as one inner-outer persistent kernel. On the H200 that
+# kernel took 34 us per call on ViT-S/16's [6304, 384] and 29 us on GPT-2's [4096, 768], where
+# inductor's kernels for the same work took about 14 us and 20 us (scripts/gpu_top_kernels.py,
+# benchmarks/results/h200_profiles_vit). With ``LN_BACKWARD == "split"`` the column sums read
+# their inputs through ``segment_set``, so nvFuser makes them a reduction kernel of their own
+# next to an inner-persistent kernel for the input gradient. This is an A/B switch for the H200
+# (NVFUSER_DTENSOR_LN_BACKWARD=split; the default "whole" is the single kernel), not a user
+# setting, until a device run measures it.
+LN_BACKWARD = os.environ.get("NVFUSER_DTENSOR_LN_BACKWARD", "whole")
+
+
 @translator(aten.native_layer_norm_backward.default)
 def native_layer_norm_backward(ctx, grad_out, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    wants_sums = (output_mask[1] and weight is not None) or (output_mask[2] and bias is not None)
+    if LN_BACKWARD == "split" and output_mask[0] and wants_sums:
+        sums_in = [upcast(ctx, ctx.ops.segment_set(t)) for t in (grad_out, x, mean, rstd)]
+    else:
+        sums_in = None
     grad_out, x, mean, rstd = (upcast(ctx, t) for t in (grad_out, x, mean, rstd))
     outer, inner = _layer_norm_axes(x, normalized_shape)
     x_hat = ctx.ops.mul(ctx.ops.sub(x, mean), rstd)
@@ -58,6 +78,9 @@ def native_layer_norm_backward(ctx, grad_out, x, normalized_shape, mean, rstd, w
         c = ctx.ops.mul(x_hat, sum_of(ctx, ctx.ops.mul(x_hat, grad_x_hat), inner, keepdim=True))
         inner_grad = ctx.ops.sub(ctx.ops.sub(a, b), c)
         grad_input = ctx.ops.mul(ctx.ops.div(rstd, n), inner_grad)
+    if sums_in is not None:  # Note [LayerNorm backward in two kernels]
+        grad_out, x, mean, rstd = sums_in
+        x_hat = ctx.ops.mul(ctx.ops.sub(x, mean), rstd)
     # NOTE: like aten's decomposition, no weight/bias gradient when weight/bias is None.
     if output_mask[1] and weight is not None:
         grad_weight = sum_of(ctx, ctx.ops.mul(grad_out, x_hat), outer)

@@ -235,3 +235,26 @@ def test_wide_even_rows_switch(mode, shown):
     # reduction.WIDE_ROWS, the H200 A/B switch for wide rows of even width (a vocabulary of
     # 32000; default "decompose"): read at import, so each mode runs in a process of its own
     assert last_line_with_env(_EVEN_ROWS_SCRIPT, NVFUSER_DTENSOR_WIDE_ROWS=mode) == shown
+
+
+_LN_BACKWARD_SCRIPT = """
+import pathlib, sys, tempfile, torch
+sys.path.insert(0, "tests")
+import torch.nn.functional as F
+from helpers import check_parity, randn
+dump = tempfile.mkdtemp()
+for dtype in (torch.float32, torch.bfloat16):
+    x = randn(6, 5, 24, dtype=dtype, requires_grad=True)
+    w, b = randn(24, dtype=dtype, requires_grad=True), randn(24, dtype=dtype, requires_grad=True)
+    check_parity(lambda x, w, b: F.layer_norm(x * 2, (24,), w, b) * 3, x, w, b, backward=True, dump_dir=dump,
+                 scale=1.0 if dtype == torch.float32 else 8.0)  # bf16 column sums over 30 rows, eager's in bf16
+text = "".join(p.read_text() for p in pathlib.Path(dump).glob("backward*.py"))
+print("split" if "SegmenterSet" in text else "whole")
+"""
+
+
+@pytest.mark.parametrize("mode", ["whole", "split"])
+def test_layer_norm_backward_switch(mode):
+    # normalization.LN_BACKWARD, the H200 A/B switch of Note [LayerNorm backward in two
+    # kernels]: read at import, so each mode runs in a process of its own
+    assert last_line_with_env(_LN_BACKWARD_SCRIPT, NVFUSER_DTENSOR_LN_BACKWARD=mode) == mode
