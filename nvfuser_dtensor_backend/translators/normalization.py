@@ -49,12 +49,13 @@ def native_layer_norm(ctx, x, normalized_shape, weight, bias, eps):
 # weight and bias gradients' column sums) as one inner-outer persistent kernel. On the H200 that
 # kernel took 34 us per call on ViT-S/16's [6304, 384] and 29 us on GPT-2's [4096, 768], where
 # inductor's kernels for the same work took about 14 us and 20 us (scripts/gpu_top_kernels.py,
-# benchmarks/results/h200_profiles_vit). With ``LN_BACKWARD == "split"`` the column sums read
-# their inputs through ``segment_set``, so nvFuser makes them a reduction kernel of their own
-# next to an inner-persistent kernel for the input gradient. This is an A/B switch for the H200
-# (NVFUSER_DTENSOR_LN_BACKWARD=split; the default "whole" is the single kernel), not a user
-# setting, until a device run measures it.
-LN_BACKWARD = os.environ.get("NVFUSER_DTENSOR_LN_BACKWARD", "whole")
+# benchmarks/results/h200_profiles_vit). So the column sums read their inputs through
+# ``segment_set``: nvFuser makes them a reduction kernel of their own, next to the input
+# gradient's kernel. Measured on the H200 (one model at a time, kernels per training step):
+# ViT-S/16 4.75 ms against 5.04 ms with the single kernel, GPT-2 5.80 ms against 5.87 ms
+# (benchmarks/results/h200_profiles_ln_backward). NVFUSER_DTENSOR_LN_BACKWARD=whole brings
+# the single kernel back for A/B runs; it is not a user setting.
+LN_BACKWARD = os.environ.get("NVFUSER_DTENSOR_LN_BACKWARD", "split")
 
 
 @translator(aten.native_layer_norm_backward.default)
