@@ -33,6 +33,7 @@ from .cpu_constants import copy_constants_once
 from .dense_stack import write_stacks_once
 from .early_gather import gather_early
 from .one_hot_sum import fold_one_hot_sums
+from .padded_rows import reduce_padded_rows, rows_widened
 from .pad_matmul import pad_matmuls
 from .partition import PartitionReport, partition
 from .region import FUSION_CACHE, FusedRegion, _first_line
@@ -114,8 +115,8 @@ class _RestSupport(OperatorSupportBase):
     """Everything between the nvFuser regions (the regions and their getitems excluded)."""
 
     def is_node_supported(self, submodules, node: fx.Node) -> bool:
-        if node.op != "call_function" or _is_region_call(node):
-            return False
+        if node.op != "call_function" or _is_region_call(node) or node.target is rows_widened:
+            return False  # rows_widened returns a view where it can, which inductor would copy
         return not (node.target is operator.getitem and isinstance(node.args[0], fx.Node)
                     and _is_region_call(node.args[0]))
 
@@ -159,6 +160,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
         gather_early(gm)
         fold_one_hot_sums(gm)
         write_stacks_once(gm)
+        reduce_padded_rows(gm)
     fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul,
                                      replay_input_free=region_cls is FusedRegion,
                                      one_gemm_per_region=region_cls is FusedRegion)

@@ -202,6 +202,17 @@ def expanded_dims(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(d for d in range(t.dim()) if t.stride(d) == 0 and t.shape[d] > 1)
 
 
+def _buffer_like(a: torch.Tensor) -> torch.Tensor:
+    """An input buffer with ``a``'s sizes and strides. Rows that lie further apart than their
+    length (logits in a padded LM head's product) keep the last row's padding too, so that
+    ``rows_widened`` can read the buffer as padded rows without a copy (Note [Reductions over
+    padded rows])."""
+    if a.dim() < 2 or a.stride(-1) != 1 or a.stride(-2) <= a.size(-1) or a.numel() == 0:
+        return torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
+    extent = 1 + sum((n - 1) * st for n, st in zip(a.size(), a.stride())) + a.stride(-2) - a.size(-1)
+    return torch.empty(extent, dtype=a.dtype, device=a.device).as_strided(a.size(), a.stride())
+
+
 def _copy_into(buffer: torch.Tensor, value: torch.Tensor, expanded: tuple) -> None:
     """``buffer.copy_(value)``; an expanded buffer (stride 0 along ``expanded``: BART's
     attention mask) is written through one element along those dims, since PyTorch refuses a
@@ -338,7 +349,7 @@ class GraphRunner:
             if i not in static and isinstance(a, torch.Tensor) and a.data_ptr() in _MADE:
                 extra.append((i, a.data_ptr()))  # another recording's output: read in place
             elif i not in static and isinstance(a, torch.Tensor):
-                buffer = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
+                buffer = _buffer_like(a)
                 expanded = expanded_dims(a)
                 _copy_into(buffer, a, expanded)
                 copies.append((i, buffer, expanded))

@@ -400,3 +400,25 @@ def test_an_expanded_input_is_copied_into_its_buffer():
         mask = torch.randn(1, 4).expand(3, 4)
         torch.testing.assert_close(runner([w, mask])[0], mask * w)
     assert runner.count == 1 and not failures
+
+
+def test_an_input_in_padded_rows_keeps_its_padding_in_the_buffer():
+    # Note [Reductions over padded rows]: logits handed from the model's graph to the loss's
+    # graph lie in rows 8 elements further apart than their length; the loss reads the padded
+    # rows (rows_widened), which a buffer of the bare extent would force to copy
+    from nvfuser_dtensor_backend.padded_rows import rows_widened
+
+    seen = []
+
+    def loss(a):
+        wide = rows_widened(a[1], 16)
+        seen.append(wide.data_ptr() == a[1].data_ptr())
+        return [(wide[:, :13] * a[0]).sum(-1)]
+
+    runner, failures = _runner(loss, static=(0,), escaping=None)
+    w = torch.randn(13)
+    for _ in range(4):
+        logits = torch.randn(5, 16)[:, :13]
+        torch.testing.assert_close(runner([w, logits])[0], (logits * w).sum(-1))
+    assert runner.count == 1 and not failures
+    assert all(seen), seen  # a view every time: the warm-up's input and the graph's buffer

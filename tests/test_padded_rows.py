@@ -1,0 +1,102 @@
+"""Note [Reductions over padded rows] (padded_rows.py): row reductions read whole padded rows, masked."""
+
+import logging
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import nvfuser_dtensor_backend as nb
+from nvfuser_dtensor_backend.padded_rows import rows_widened
+
+from helpers import DEVICE, assert_close, check_parity, compile_fn, randn
+
+LOGGER = "nvfuser_dtensor_backend"
+
+
+def _logsumexp(x):
+    m = x.float().amax(-1, keepdim=True)
+    return m + (x.float() - m).exp().sum(-1, keepdim=True).log()
+
+
+def _rewrites(caplog) -> int:
+    """Row reductions rewritten, from the pass's log lines."""
+    found = (re.match(r"nvfuser_dtensor: (\d+) row reduction", r.getMessage()) for r in caplog.records)
+    return sum(int(m.group(1)) for m in found if m)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_input_in_padded_rows_is_reduced_over_them(dtype, caplog):
+    rows, width, stride = 12, 1027, 1032
+    big = randn(rows, stride, dtype=dtype)
+    big[:, width:] = float("nan")  # the padding is never read unmasked
+    x = big[:, :width]
+    compiled = compile_fn(_logsumexp)  # (check_parity would clone the input to a dense one)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert_close(compiled(x), _logsumexp(x))
+    assert _rewrites(caplog) == 2  # amax and sum
+
+
+def test_rows_widened_views_when_the_storage_holds_the_padding_and_copies_otherwise():
+    big = randn(4, 16)
+    x = big[:, :13]
+    wide = rows_widened(x, 16)
+    assert wide.shape == (4, 16) and wide.data_ptr() == x.data_ptr() and torch.equal(wide[:, :13], x)
+    tight = torch.as_strided(torch.randn(3 * 16 + 13, device=x.device), (4, 13), (16, 1))  # no tail after the last row
+    wide = rows_widened(tight, 16)
+    assert wide.shape == (4, 16) and wide.data_ptr() != tight.data_ptr() and torch.equal(wide[:, :13], tight)
+    same = rows_widened(randn(4, 13), 16)  # not in padded rows at all: a padded copy
+    assert same.shape == (4, 16)
+
+
+def test_a_tight_input_with_the_same_strides_is_still_right(caplog):
+    # dynamo guards on strides, not on the storage: the compiled graph meets an input whose
+    # storage ends after the last row's elements, and rows_widened pads a copy
+    rows, width, stride = 6, 1027, 1032
+    compiled = compile_fn(_logsumexp)
+    x = randn(rows, stride)[:, :width]
+    assert_close(compiled(x), _logsumexp(x))
+    tight = torch.as_strided(randn((rows - 1) * stride + width), (rows, width), (stride, 1))
+    assert_close(compiled(tight), _logsumexp(tight))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cross_entropy_over_a_padded_lm_head(dtype, caplog):
+    # the padded product's slice (Note [Padded matmuls]) in the same graph: the loss's row
+    # statistics read the padded product, masked; a vocabulary above 8192 and odd is decomposed
+    vocab, d = 8201, 32
+    x = randn(16, d, dtype=dtype, requires_grad=True)
+    w = randn(vocab, d, dtype=dtype, requires_grad=True)
+    labels = torch.randint(0, vocab, (16,), device=x.device)
+    labels[3] = -100
+    nb.clear_cache()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        check_parity(lambda x, w, y: F.cross_entropy(F.linear(x, w).float(), y), x, w, labels,
+                     backward=True, pad_matmuls=True)
+    assert _rewrites(caplog) >= 2
+
+
+def test_gpt2_loss_across_its_graph_break(caplog):
+    # HF GPT-2: the loss is a graph of its own whose input is the logits, a view of the padded
+    # product (rows 8208 apart): its statistics read the padded rows. A bf16 model: judged
+    # against float64, as the zoo does (eager's own bf16 error on the tied embedding is 0.1)
+    transformers = pytest.importorskip("transformers")
+    import copy
+
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=8201, n_embd=32, n_layer=1, n_head=2, n_positions=32)
+    model = transformers.GPT2LMHeadModel(cfg).to(DEVICE, torch.bfloat16)
+    ours, ref = copy.deepcopy(model), copy.deepcopy(model).double()
+    ids = torch.randint(0, 8201, (2, 16), device=DEVICE)
+    compiled = torch.compile(ours, backend="nvfuser_dtensor", options={"pad_matmuls": True})
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        got = compiled(input_ids=ids, labels=ids)
+    assert _rewrites(caplog) == 2  # the loss graph's amax and sum
+    expected, exact = model(input_ids=ids, labels=ids), ref(input_ids=ids, labels=ids)
+    for out in (got, expected, exact):
+        out.loss.backward()
+    assert abs(got.loss.double() - exact.loss) <= 2 * abs(expected.loss.double() - exact.loss) + 1e-3
+    for (name, p), q, r in zip(model.named_parameters(), ours.parameters(), ref.parameters()):
+        ours_err, eager_err = (q.grad.double() - r.grad).abs().max(), (p.grad.double() - r.grad).abs().max()
+        assert ours_err <= 2 * eager_err + 1e-3, (name, ours_err, eager_err)
