@@ -307,9 +307,9 @@ def test_attention_left_to_pytorch_splits_regions_only_where_it_must():
     assert len(bwd) == 2 and any(r.count("aten.slice_scatter.default") == 4 for r in bwd), reports["backward"].summary()
 
 
-def test_run_time_error_with_symbolic_sizes_retries_static(monkeypatch, caplog):
-    # Note [Retries at run time]: a definition nvFuser rejects with symbolic sizes is
-    # defined again with static ones (per input shape), with no fallback warning
+def _nvfuser_rejects(monkeypatch, text: str, message: str) -> None:
+    """Entries whose definition's text holds ``text`` raise ``message`` when run, as nvFuser
+    does at run time for what its schedulers or lowering reject (Note [Retries at run time])."""
     from nvfuser_dtensor_backend import region as region_mod
 
     cls = region_mod._EvaluatorEntry if DEVICE == "cpu" else region_mod._NvFuserEntry
@@ -319,54 +319,48 @@ def test_run_time_error_with_symbolic_sizes_retries_static(monkeypatch, caplog):
         real_init(self, b, single)
         built[id(self)] = b
 
-    def symbolic_fails(self, args):
-        if "shape=[-1" in repr(built[id(self)].fd):
-            raise RuntimeError("Invalid domains to map")
+    def picky(self, args):
+        if text in repr(built[id(self)].fd):
+            raise RuntimeError(message)
         return real_call(self, args)
 
     monkeypatch.setattr(cls, "__init__", init)
-    monkeypatch.setattr(cls, "__call__", symbolic_fails)
+    monkeypatch.setattr(cls, "__call__", picky)
     nb.clear_cache()
-    compiled = compile_fn(lambda x, y: torch.cos(x) * y + 1)
+
+
+def _runs_without_fallback(caplog, compiled, f, inputs, log_text: str) -> int:
+    """Runs ``compiled`` on each of ``inputs`` against ``f`` with fallbacks as errors; how
+    many INFO lines said ``log_text``."""
     with warnings.catch_warnings(), caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
         warnings.simplefilter("error", NvFuserFallbackWarning)
-        for shape in [(6, 5), (6, 5), (3, 9)]:
-            x, y = randn(*shape), randn(*shape)
-            assert_close(compiled(x, y), torch.cos(x) * y + 1)
-    assert sum("runs with static sizes" in r.getMessage() for r in caplog.records) == 2  # once per shape
+        for args in inputs:
+            assert_close(compiled(*args), f(*args))
+    return sum(log_text in r.getMessage() for r in caplog.records)
+
+
+def test_run_time_error_with_symbolic_sizes_retries_static(monkeypatch, caplog):
+    # Note [Retries at run time]: a definition nvFuser rejects with symbolic sizes is
+    # defined again with static ones (per input shape), with no fallback warning
+    _nvfuser_rejects(monkeypatch, "shape=[-1", "Invalid domains to map")
+
+    def f(x, y):
+        return torch.cos(x) * y + 1
+
+    inputs = [(randn(*shape), randn(*shape)) for shape in [(6, 5), (6, 5), (3, 9)]]
+    assert _runs_without_fallback(caplog, compile_fn(f), f, inputs, "runs with static sizes") == 2  # once per shape
 
 
 def test_run_time_error_on_a_permuted_input_retries_it_permuted(monkeypatch, caplog):
     # Note [Retries at run time], 3: ConvNeXt's channels-last LayerNorm backward, whose input
     # permuted inside the fusion nvFuser rejected; the region runs on a dense permuted copy
-    from nvfuser_dtensor_backend import region as region_mod
-
-    cls = region_mod._EvaluatorEntry if DEVICE == "cpu" else region_mod._NvFuserEntry
-    real_init, real_call, built = cls.__init__, cls.__call__, {}
-
-    def init(self, b, single):
-        real_init(self, b, single)
-        built[id(self)] = b
-
-    def permuted_input_fails(self, args):
-        if "fd.ops.permute(tv0" in repr(built[id(self)].fd):
-            raise RuntimeError("Vectorized dim for producer has to be from an inner most position")
-        return real_call(self, args)
-
-    monkeypatch.setattr(cls, "__init__", init)
-    monkeypatch.setattr(cls, "__call__", permuted_input_fails)
-    nb.clear_cache()
+    _nvfuser_rejects(monkeypatch, "fd.ops.permute(tv0", "Vectorized dim for producer has to be from an inner most position")
 
     def f(x, w):
         return torch.nn.functional.layer_norm(x.permute(0, 2, 3, 1), (8,), w) * 2
 
-    x, w = randn(2, 8, 5, 6), randn(8)
-    compiled = compile_fn(f)
-    with warnings.catch_warnings(), caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
-        warnings.simplefilter("error", NvFuserFallbackWarning)
-        for _ in range(2):
-            assert_close(compiled(x, w), f(x, w))
-    assert sum("inputs permuted and copied" in r.getMessage() for r in caplog.records) == 1
+    inputs = [(randn(2, 8, 5, 6), randn(8))] * 2
+    assert _runs_without_fallback(caplog, compile_fn(f), f, inputs, "inputs permuted and copied") == 1
 
 
 def test_permuted_input_retry_that_fails_falls_back_with_the_first_error(monkeypatch):
