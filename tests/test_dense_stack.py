@@ -6,7 +6,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from nvfuser_dtensor_backend.dense_stack import write_stacks_once
 
-from helpers import randn
+from helpers import DEVICE, randn
 
 aten = torch.ops.aten
 
@@ -56,7 +56,7 @@ def test_vit_attention_backward_end_to_end(caplog):
     import logging
 
     torch.manual_seed(0)
-    attn = timm.layers.Attention(32, num_heads=4, qkv_bias=True)
+    attn = timm.layers.Attention(32, num_heads=4, qkv_bias=True).to(DEVICE)
     ours = copy.deepcopy(attn)
     x = randn(2, 7, 32)
     xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
