@@ -100,3 +100,12 @@ def test_gpt2_loss_across_its_graph_break(caplog):
     for (name, p), q, r in zip(model.named_parameters(), ours.parameters(), ref.parameters()):
         ours_err, eager_err = (q.grad.double() - r.grad).abs().max(), (p.grad.double() - r.grad).abs().max()
         assert ours_err <= 2 * eager_err + 1e-3, (name, ours_err, eager_err)
+
+
+def test_rows_widened_over_several_leading_dims():
+    big = randn(2, 4, 16)
+    wide = rows_widened(big[:, :, :13], 16)  # [batch, seq, vocab]: the leading dims dense over the rows
+    assert wide.data_ptr() == big.data_ptr() and torch.equal(wide, big)
+    gappy = big[:, ::2, :13]  # every other row: not rows 16 apart everywhere, so a padded copy
+    wide = rows_widened(gappy, 16)
+    assert wide.data_ptr() != big.data_ptr() and torch.equal(wide[..., :13], gappy)
