@@ -7,7 +7,8 @@ counts (issue 13's before/after tables).
 Where the zoo also ran ours without CUDA graphs (``--plain``, by default
 ``nvfuser_dtensor:no_cuda_graphs``, e.g. ``ZOO_BACKENDS=...,nvfuser_dtensor:no_cuda_graphs``), a
 second table puts our reserved memory with graphs next to it without (issue 13, goal 5: at
-most +10%).
+most +10%). A third table gives the GPU kernel time of one profiled step per backend (issue
+13, goal 4c: kernels alone), where the rows have it.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def main() -> None:
             geo = math.exp(sum(math.log(v) for v in ratios[k]) / len(ratios[k]))
             print(f"\ngeometric mean against {name}: {geo:.2f}x over {len(ratios[k])} runs")
     _memory_table(by, keys, args.ours, args.plain)
+    _kernel_table(by, keys, args.ours, args.plain)
 
 
 def _memory_table(by: dict, keys: list, ours: str, plain: str) -> None:
@@ -72,6 +74,27 @@ def _memory_table(by: dict, keys: list, ours: str, plain: str) -> None:
     for case, mode, with_graphs, without in pairs:
         ratio = with_graphs / without
         print(f"| {case} | {mode} | {with_graphs:.0f} | {without:.0f} | {ratio:.2f} | {'yes' if ratio <= 1.10 else 'no'} |")
+
+
+def _kernel_table(by: dict, keys: list, ours: str, plain: str) -> None:
+    """GPU kernel time of one profiled step: inductor, ours with graphs, ours without.
+    A total above the row's own step time (``*``) counted annotation ranges as kernels (zoo
+    runs before 476c6af counted inductor's ``## Call CompiledFxGraph`` ranges)."""
+    def cell(r: dict) -> str:
+        ms = r.get("kernel_ms")
+        return "-" if ms is None else f"{ms:.2f}" + ("*" if r.get("step_ms") and ms > r["step_ms"] else "")
+
+    lines = []
+    for case, mode in keys:
+        ind, with_graphs, without = (by.get((case, mode, b), {}) for b in ("inductor", ours, plain))
+        if any(r.get("kernel_ms") is not None for r in (ind, with_graphs, without)):
+            ratio = (ind["kernel_ms"] / without["kernel_ms"] if ind.get("kernel_ms") and without.get("kernel_ms")
+                     and ind["kernel_ms"] <= ind.get("step_ms", math.inf) else None)
+            lines.append(f"| {case} | {mode} | {cell(ind)} | {cell(with_graphs)} | {cell(without)} | {_f(ratio)} |")
+    if lines:
+        print(f"\n| model | mode | kernel ms: inductor | ours ({ours}) | ours ({plain}) | inductor / ours without graphs |")
+        print("|---|---|---|---|---|---|")
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":
