@@ -1,6 +1,7 @@
 """What the graph rewrites before partitioning (pad_matmul.py, early_gather.py,
-one_hot_sum.py, dense_stack.py, padded_rows.py, cpu_constants.py) share: a node's recorded value, a new node recorded with
-its own, the one-index-per-row test of a gather or scatter, and the tidy-up after a rewrite."""
+one_hot_sum.py, dense_stack.py, padded_rows.py, cpu_constants.py) share: a node's
+recorded value, a new node recorded with its own, the one-index-per-row test of a gather
+or scatter, and the tidy-up after a rewrite."""
 
 from __future__ import annotations
 
