@@ -15,6 +15,13 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def is_gpu_range(name: str) -> bool:
+    """A profiler event on the GPU timeline that is a range, not a kernel: our regions'
+    ``nvfr`` ranges (NVFUSER_DTENSOR_PROFILE=1) or inductor's ``## Call CompiledFxGraph ... ##``
+    (torch 2.11 puts those there), which would count their kernels twice."""
+    return name.startswith("nvfr ") or name.startswith("## ")
+
+
 def time_per_call(fn: Callable, args, device: str, iters: int, repeats: int = 5) -> float:
     """Throughput: median over ``repeats`` of (time of ``iters`` back-to-back calls) / iters, in us."""
     for _ in range(3):

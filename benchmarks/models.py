@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 from . import zoo, zoo_check
-from .measure import sync, time_single_call
+from .measure import is_gpu_range, sync, time_single_call
 from .report import _fmt, geomean
 from .run import environment, parse_backend
 
@@ -116,10 +116,8 @@ def _gpu_activity(step) -> dict:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             step()
             torch.cuda.synchronize()
-        # inductor's "## Call CompiledFxGraph ... ##" ranges also lie on the GPU timeline
-        # (torch 2.11): they are not kernels (scripts/gpu_top_kernels.py leaves them out too)
         gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-               and not e.name.startswith("## ")]
+               and not is_gpu_range(e.name)]
         return dict(kernels=len(gpu), kernel_ms=sum(e.time_range.elapsed_us() for e in gpu) / 1e3)
     except Exception as e:  # noqa: BLE001 - a measurement, never a reason to lose the row
         print(f"    (profiler: {type(e).__name__}: {e})", file=sys.stderr)

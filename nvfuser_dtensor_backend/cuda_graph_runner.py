@@ -51,6 +51,8 @@ from typing import Any, Callable
 
 import torch
 
+from .padded_rows import padded_extent
+
 log = logging.getLogger("nvfuser_dtensor_backend")
 
 # Recordings per compiled graph (new addresses, or outputs still alive). A graph break inside
@@ -209,8 +211,7 @@ def _buffer_like(a: torch.Tensor) -> torch.Tensor:
     padded rows])."""
     if a.dim() < 2 or a.stride(-1) != 1 or a.stride(-2) <= a.size(-1) or a.numel() == 0:
         return torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
-    extent = 1 + sum((n - 1) * st for n, st in zip(a.size(), a.stride())) + a.stride(-2) - a.size(-1)
-    return torch.empty(extent, dtype=a.dtype, device=a.device).as_strided(a.size(), a.stride())
+    return torch.empty(padded_extent(a), dtype=a.dtype, device=a.device).as_strided(a.size(), a.stride())
 
 
 def _copy_into(buffer: torch.Tensor, value: torch.Tensor, expanded: tuple) -> None:

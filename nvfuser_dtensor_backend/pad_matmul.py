@@ -39,6 +39,7 @@ from torch._guards import detect_fake_mode
 
 from .fx_nodes import call_with_val, rewritten
 from .fx_nodes import val as _val
+from .partition import VIEW_OPS
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 aten = torch.ops.aten
@@ -47,12 +48,6 @@ ALIGN = 8  # elements of a 16-bit dtype in 16 bytes
 DTYPES = (torch.bfloat16, torch.float16)
 MIN_MACS = 1 << 27
 _TRANSPOSES = (aten.t.default, aten.permute.default, aten.transpose.int)
-# Ops whose output is a view of their first argument's memory: after a sliced product they
-# must take its strided layout (``view`` raises where it cannot).
-_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.alias.default,
-                    aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.expand.default,
-                    aten.permute.default, aten.t.default, aten.transpose.int, aten.slice.Tensor,
-                    aten.select.int})
 
 
 def _padded(n: int) -> int:
@@ -126,7 +121,7 @@ def _restrided_views(node: fx.Node, value, fake_mode) -> dict | None:
     values, todo = {node: value}, [node]
     while todo:
         for user in todo.pop().users:
-            if user.op != "call_function" or user.target not in _VIEWS:
+            if user.op != "call_function" or user.target not in VIEW_OPS:  # views must take the strided layout
                 continue
             args = fx.node.map_arg(user.args, lambda a: values.get(a, _val(a)))
             try:

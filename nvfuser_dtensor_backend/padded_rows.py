@@ -49,13 +49,16 @@ def rows_widened(x: torch.Tensor, stride: int) -> torch.Tensor:
     """``x`` (rows of ``x.shape[-1]`` elements, ``stride`` apart) as rows of ``stride``
     elements: a view when its storage holds every row's padding, else a padded copy (the
     padding is never read unmasked, Note [Reductions over padded rows])."""
-    width = x.shape[-1]
-    shape = (*x.shape[:-1], stride)
     if _row_padded(x.shape, x.stride(), stride):
-        needed = x.storage_offset() + sum((n - 1) * st for n, st in zip(shape, x.stride())) + 1
-        if needed * x.element_size() <= x.untyped_storage().nbytes():
-            return x.as_strided(shape, x.stride())
-    return torch.nn.functional.pad(x, (0, stride - width))
+        if (x.storage_offset() + padded_extent(x)) * x.element_size() <= x.untyped_storage().nbytes():
+            return x.as_strided((*x.shape[:-1], stride), x.stride())
+    return torch.nn.functional.pad(x, (0, stride - x.shape[-1]))
+
+
+def padded_extent(t: torch.Tensor) -> int:
+    """The elements ``t`` spans when its rows are read ``t.stride(-2)`` long: its own extent
+    and the last row's padding (the CUDA-graph runner's input buffers keep it too)."""
+    return 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) + t.stride(-2) - t.shape[-1]
 
 
 def _row_padded(shape, strides, stride: int) -> bool:
@@ -176,7 +179,7 @@ def reduce_padded_rows(gm: fx.GraphModule) -> int:
     for narrow, padded, stride in sources:
         width = _val(narrow).shape[-1]
         lifter = _Lifter(graph, fake_mode, narrow, width, stride)
-        made_input = None
+        made_input = keep = None
         for node in list(graph.nodes):
             fill = _row_reduction(node)
             if fill is None:
@@ -193,9 +196,10 @@ def reduce_padded_rows(gm: fx.GraphModule) -> int:
             if wide is None:
                 continue
             with graph.inserting_before(node):
-                columns = lifter.call(aten.arange.default, [stride],
-                                      {"dtype": torch.int64, "device": _val(narrow).device})
-                keep = lifter.call(aten.lt.Scalar, [columns, width])
+                if keep is None:  # the columns of the padded rows that hold values, made once
+                    columns = lifter.call(aten.arange.default, [stride],
+                                          {"dtype": torch.int64, "device": _val(narrow).device})
+                    keep = lifter.call(aten.lt.Scalar, [columns, width])
                 masked = lifter.call(aten.where.self, [keep, wide, lifter.call(
                     aten.scalar_tensor.default, [fill], {"dtype": _val(wide).dtype, "device": _val(wide).device})])
                 out = lifter.call(node.target, [masked, *node.args[1:]], dict(node.kwargs))

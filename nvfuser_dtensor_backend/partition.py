@@ -11,7 +11,6 @@ from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .options import env_flag
 from .registry import Translator, Unsupported, lookup, op_name
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -69,10 +68,6 @@ def _graph_on_cuda(gm: fx.GraphModule) -> bool:
                for n in gm.graph.nodes if n.op == "placeholder")
 
 
-aten = torch.ops.aten
-
-
-
 def _compute_nodes(nodes) -> int:
     count = 0
     for n in nodes:
@@ -80,6 +75,9 @@ def _compute_nodes(nodes) -> int:
         if isinstance(entry, Translator) and entry.compute:
             count += 1
     return count
+
+
+aten = torch.ops.aten
 
 # Note [Views leave regions]
 # A view computed inside a region and used only outside it would be written out by nvFuser

@@ -23,6 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import zoo, zoo_check  # noqa: E402
+from benchmarks.measure import is_gpu_range  # noqa: E402
 from benchmarks.run import parse_backend  # noqa: E402
 
 
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
             sync()
         totals: dict[str, list] = {}
         for e in prof.events():
-            if e.device_type == torch.autograd.DeviceType.CUDA and not _annotation(e.name):
+            if e.device_type == torch.autograd.DeviceType.CUDA and not is_gpu_range(e.name):
                 _add(totals, e.name, e.time_range.elapsed_us() / 1e3)
         all_ms = sum(t[1] for t in totals.values())
         print(f"== {args.model} {args.mode} {backend}: {sum(t[0] for t in totals.values())} GPU activities, {all_ms:.2f} ms")
@@ -65,12 +66,6 @@ def main(argv=None) -> int:
             _print_regions(prof, args.top, all_ms)
         sys.stdout.flush()
     return 0
-
-
-def _annotation(name: str) -> bool:
-    """A range on the GPU timeline, not a kernel: ours (``nvfr``) or inductor's graph calls
-    (``## Call CompiledFxGraph ... ##``, which torch 2.11 puts there and would count twice)."""
-    return name.startswith("nvfr ") or name.startswith("## ")
 
 
 def _add(table: dict, key: str, ms: float) -> None:
