@@ -31,12 +31,41 @@ other choice, spend 30-60 us per call on theirs):
   saved value) is copied out; a forward output that aliases a copied input stops capture
   of that graph (AOTAutograd rebuilds such views from the real input).
 - Forward and backward record into one memory pool. Every graph's outputs stay referenced
-  by its runner, so no recording ever places its memory over another graph's outputs.
+  by its runner, so no recording ever places its memory over another graph's outputs. A
+  recording may place its outputs over what an earlier one freed, though (Note [Memory a
+  replay writes]).
 - Random ops (in PyTorch regions) draw new numbers on each replay: the CUDA generator
   registers its seed and offset with each captured graph.
 - A failure of the capture machinery (a recording) turns capture off for that
   runner and its partner, with one warning, and the call is rerun uncaptured; an error of
   the graph itself propagates as it would without capture.
+
+Note [Memory a replay writes]
+A replay writes its outputs and its temporaries: the memory its capture allocated and freed
+again. A later capture into the same pool may put its own outputs there (the backward's
+gradients over the forward's temporaries, a second recording's saved values over the
+first's), and the next replay of the earlier graph overwrites them. That is harmless while
+those outputs are dead, as they are in a plain training step, and silently wrong where they
+are still in use: ``.grad`` taken from the backward's memory and kept over the next
+micro-batch of gradient accumulation (``zero_grad`` sets it to None, the first micro-batch's
+AccumulateGrad takes the gradient, the second micro-batch's forward replays), or results of
+``torch.autograd.grad`` a user keeps. So:
+- Each pool has a ``Ledger``: its recordings, numbered in the order they were made. A
+  recording's outputs handed out as they are (the watched ones) that lie in memory that was
+  free in the pool when its capture began are its outputs *at risk*, found from the
+  allocator's snapshot of the pool at record time (``Capture.free_memory``); the first
+  recording of a pool has none.
+- A replay hands out its outputs at risk, so the ledger lists the recording until a later
+  check finds them dead. A recording replays only if no recording made after it has an
+  output at risk still alive; otherwise another recording is used or made, as for its own
+  live outputs. Made now, it avoids the live memory.
+- AccumulateGrad takes gradients at risk into ``.grad`` (registered as cached tensors) as
+  long as they are dead by the next replay of an earlier recording, as in a plain training
+  step. The first time one is found alive there (gradient accumulation, ``zero_grad`` after
+  the forward), the recording's gradients at risk are unregistered, so that AccumulateGrad
+  copies them from then on, and the calls run uncaptured until the gradients taken so far
+  are released (``Ledger.waiting``). Gradient accumulation then costs one copy of those
+  gradients per optimizer step, not a second recording of the forward and its memory.
 
 The recording itself is a ``Capture``: ``CudaCapture`` on the GPU; tests on the CPU use a
 capture that replays by running the function again and copying into the same output
@@ -137,6 +166,20 @@ class CudaCapture:
         with _use_cuda_memory_pool_manager(self.device_index, self.pool, self.stream):
             return fn(args)
 
+    def free_memory(self) -> list[tuple[int, int]]:
+        """The address ranges free in the pool now: what a capture begun now may allocate from
+        (Note [Memory a replay writes])."""
+        ranges = []
+        for segment in torch.cuda.memory_snapshot():
+            if segment.get("segment_pool_id") != tuple(self.pool) or segment.get("device", self.device_index) != self.device_index:
+                continue
+            address = segment["address"]
+            for block in segment["blocks"]:
+                if block["state"] != "active_allocated":
+                    ranges.append((address, address + block["size"]))
+                address += block["size"]
+        return ranges
+
     def record(self, fn: Callable, inputs: list) -> tuple[Callable[[], None], list]:
         from torch._dynamo.utils import preserve_rng_state
         from torch._inductor.cudagraph_trees import clear_cublas_manager
@@ -149,6 +192,53 @@ class CudaCapture:
         return graph.replay, list(outputs)
 
 
+def _overlaps(t: torch.Tensor, ranges: list[tuple[int, int]] | None) -> bool:
+    """Whether ``t``'s storage overlaps one of ``ranges`` (None: every address)."""
+    if ranges is None:
+        return True
+    start = t.untyped_storage().data_ptr()
+    end = start + t.untyped_storage().nbytes()
+    return any(lo < end and start < hi for lo, hi in ranges)
+
+
+class Ledger:
+    """The recordings of one memory pool, numbered in the order they were made, and those
+    whose last replay handed out outputs at risk not yet seen dead (Note [Memory a replay
+    writes])."""
+
+    def __init__(self) -> None:
+        self.made = 0
+        self.handed: list[_Recording] = []
+
+    def clear_for(self, rec: _Recording) -> bool:
+        """Whether ``rec`` may replay: no recording made after it has an output at risk alive.
+        A backward's gradients at risk found alive are no longer taken into ``.grad``."""
+        for r in list(self.handed):
+            if r.seq > rec.seq:
+                if not r.risky_free():
+                    r.stop_lending()
+                    return False
+                self.handed.remove(r)
+        return True
+
+    def waiting(self) -> bool:
+        """Whether gradients at risk that AccumulateGrad took before ``stop_lending`` are still
+        alive: calls that cannot replay then run uncaptured instead of recording again."""
+        return any(r.lent_once and not r.risky_free() for r in self.handed)
+
+    def replayed(self, rec: _Recording) -> None:
+        if rec.risky and rec not in self.handed:
+            self.handed.append(rec)
+
+
+def ledger_of(capture) -> Ledger:
+    """The ledger of ``capture``'s pool (forward and backward share one capture)."""
+    ledger = getattr(capture, "ledger", None)
+    if ledger is None:
+        ledger = capture.ledger = Ledger()
+    return ledger
+
+
 def _counts(t: torch.Tensor, cdata: int) -> tuple[int, int, int]:
     """Who holds ``t``: Python references, TensorImpl references, storage references."""
     return sys.getrefcount(t), t._use_count(), torch._C._storage_Use_Count(cdata)
@@ -158,7 +248,7 @@ class _Recording:
     """One recorded graph: its input buffers, its outputs and how each is handed out."""
 
     __slots__ = ("replay", "copies", "outputs", "cloned", "rebuilt", "watched", "alone", "cached", "key_idx",
-                 "key_ptrs", "extra", "__weakref__")
+                 "key_ptrs", "extra", "seq", "risky", "risky_alone", "lent_once", "__weakref__")
 
     def __init__(self, replay, copies, outputs, cloned, rebuilt, watched):
         self.replay = replay
@@ -172,6 +262,10 @@ class _Recording:
         self.watched = watched  # [(output handed out as it is, its storage's cdata)]
         self.alone: list = []  # their holders when only the runner holds them (set_alone)
         self.cached: list = []  # outputs registered as cached tensors, until this recording dies
+        self.seq = 0  # its place in its pool's Ledger
+        self.risky: list[int] = []  # positions in ``watched`` of the outputs at risk
+        self.risky_alone: list = []
+        self.lent_once = False  # its gradients at risk were taken into .grad and then found alive
 
     def __del__(self) -> None:
         for t, _ in self.watched:
@@ -190,6 +284,7 @@ class _Recording:
     def set_alone(self) -> None:
         """Called where no local variable of the recording refers to an output."""
         self.alone = self._holders()
+        self.risky_alone = self._risky_holders()
 
     def _holders(self) -> list:
         return [_counts(t, cdata) for t, cdata in self.watched]
@@ -197,6 +292,36 @@ class _Recording:
     def free(self) -> bool:
         """Whether no output handed out as it is by the last replay is still referenced."""
         return not self.watched or self._holders() == self.alone
+
+    def _risky_holders(self) -> list:
+        return [_counts(*self.watched[j]) for j in self.risky]
+
+    def risky_free(self) -> bool:
+        """Whether no output at risk handed out by the last replay is still referenced."""
+        return self._risky_holders() == self.risky_alone
+
+    def stop_lending(self) -> None:
+        """Unregisters the gradients at risk (cached tensors), so that AccumulateGrad copies
+        them into ``.grad`` from now on (Note [Memory a replay writes])."""
+        risky = {id(self.watched[j][0]) for j in self.risky}
+        lent = [t for t in self.cached if id(t) in risky]
+        if not lent:
+            return
+        self.lent_once = True
+        # ``cached`` and the registry hold references: "only the runner holds it" drops with them
+        positions = [next(j for j, (w, _) in enumerate(self.watched) if w is t) for t in lent]
+        before = [_counts(*self.watched[j]) for j in positions]
+        torch._C._set_cached_tensors_enabled(True)
+        for t in lent:
+            torch._C._remove_cached_tensor(t)
+        self.cached = [t for t in self.cached if id(t) not in risky]
+        after = [_counts(*self.watched[j]) for j in positions]
+        for j, b, c in zip(positions, before, after):
+            self.alone[j] = tuple(a - (x - y) for a, x, y in zip(self.alone[j], b, c))
+        self.risky_alone = [self.alone[j] for j in self.risky]
+        log.info("nvfuser_dtensor: gradients kept in .grad past the next forward (gradient accumulation?) lie "
+                 "where an earlier CUDA graph writes: .grad gets copies of them from now on, and calls run "
+                 "uncaptured until those kept now are released")
 
 
 def expanded_dims(t: torch.Tensor) -> tuple[int, ...]:
@@ -270,6 +395,7 @@ class GraphRunner:
         self.capture = capture
         self.on_failure = on_failure  # turns capture off for this runner and its partner
         self.is_off = is_off
+        self.ledger = ledger_of(capture)
         self.recordings: dict[tuple, list[_Recording]] = {}
         self.warmed_up = False  # the first call runs as it is (cudagraph trees also warm up once)
         self.last: _Recording | None = None
@@ -284,7 +410,7 @@ class GraphRunner:
     def __call__(self, args: list) -> Any:
         last = self.last
         if (last is not None and torch._C._tensors_data_ptrs_at_indices_equal(args, last.key_ptrs, last.key_idx)
-                and last.free()):
+                and last.free() and self.ledger.clear_for(last)):
             return self._replay(last, args)
         return self._slow(args)
 
@@ -292,6 +418,7 @@ class GraphRunner:
         for i, buffer, expanded in rec.copies:
             _copy_into(buffer, args[i], expanded)
         rec.replay()
+        self.ledger.replayed(rec)
         args.clear()  # after the replay is queued: the inputs read in place are alive till then
         outs = list(rec.outputs)
         for i in rec.cloned:
@@ -306,9 +433,12 @@ class GraphRunner:
             return self.compiled(args)
         key = tuple(args[i].data_ptr() for i in self.static)
         for rec in self.recordings.get(key, ()):
-            if all(args[i].data_ptr() == ptr for i, ptr in rec.extra) and rec.free():
+            if all(args[i].data_ptr() == ptr for i, ptr in rec.extra) and rec.free() and self.ledger.clear_for(rec):
                 self.last = rec
                 return self._replay(rec, args)
+        if self.ledger.waiting():  # gradients taken into .grad lie where this graph would write
+            STATS["uncaptured_calls"] += 1
+            return self.compiled(args)
         if not self.warmed_up:
             self.warmed_up = True
             STATS["uncaptured_calls"] += 1
@@ -356,6 +486,9 @@ class GraphRunner:
                 copies.append((i, buffer, expanded))
                 inputs[i] = buffer
         args.clear()
+        # what this capture may allocate from, where an earlier recording's replay writes
+        free_memory = getattr(self.capture, "free_memory", None)
+        free = free_memory() if self.ledger.made and free_memory is not None else []
         replay, outputs = self.capture.record(marking_graph_errors(self.compiled), inputs)
         in_place = self.static + [i for i, _ in extra]
         static_storages = {_storage_key(inputs[i]) for i in in_place if isinstance(inputs[i], torch.Tensor)}
@@ -391,6 +524,8 @@ class GraphRunner:
         watched = [(outputs[i], outputs[i].untyped_storage()._cdata) for i in watched_idx]
         rec = _Recording(replay, copies, outputs, cloned, rebuilt, watched)
         rec.key_idx, rec.extra = in_place, extra
+        rec.seq, self.ledger.made = self.ledger.made, self.ledger.made + 1
+        rec.risky = [j for j, (t, _) in enumerate(watched) if _overlaps(t, free)]
         # indexed like the inputs, as _tensors_data_ptrs_at_indices_equal reads it
         keyed = set(in_place)
         rec.key_ptrs = [a.data_ptr() if i in keyed else None for i, a in enumerate(inputs)]

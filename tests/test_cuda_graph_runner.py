@@ -33,11 +33,25 @@ def _write(out: torch.Tensor, value: torch.Tensor) -> None:
     _copy_into(out, value, expanded_dims(out))
 
 
+def _clobber(t: torch.Tensor) -> None:
+    with torch.no_grad():
+        t.fill_(float("nan") if t.is_floating_point() else 7)
+
+
 class ReplayByRerun:
+    """A replay that reruns the function into the recorded outputs. It also plays the worst
+    allocator (Note [Memory a replay writes]): every output of a later recording of the same
+    pool lies in the earlier recordings' temporaries, so a replay overwrites them all with
+    garbage. ``free_memory`` says so: every address is at risk."""
+
     records = 0
+    worst = True  # False: an allocator that never reuses a recording's memory for a later one
 
     def __init__(self, device_index: int):
-        pass
+        self.made: list[list[torch.Tensor]] = []  # each recording's own outputs, in order
+
+    def free_memory(self):
+        return None if ReplayByRerun.worst else []
 
     def record(self, fn, inputs):
         ReplayByRerun.records += 1
@@ -47,8 +61,13 @@ class ReplayByRerun:
         read = {t.untyped_storage().data_ptr() for t in memory if isinstance(t, torch.Tensor)}
         written = [i for i, o in enumerate(outputs)  # the graph's own memory, not an input's
                    if isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() not in read]
+        seq = len(self.made)
+        self.made.append([outputs[i] for i in written])
 
         def replay():
+            for later in self.made[seq + 1:] if ReplayByRerun.worst else ():
+                for t in later:
+                    _clobber(t)
             new = fn(list(memory))
             for i in written:
                 _write(outputs[i], new[i])
@@ -225,7 +244,8 @@ def captured_on_cpu(monkeypatch):
     monkeypatch.setattr(cuda_graphs, "capture_class", ReplayByRerun)
     monkeypatch.setattr(cuda_graphs, "skip_reason", lambda gm, inputs, static, **kw: None)
     ReplayByRerun.records = 0
-    return ReplayByRerun
+    yield ReplayByRerun
+    ReplayByRerun.worst = True
 
 
 def _mlp():
@@ -242,21 +262,61 @@ def test_training_steps_match_eager_and_keep_losses(captured_on_cpu, set_to_none
     with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
         accumulating_steps(compiled, model, ref, lambda: torch.randn(8, 16), 5, set_to_none, rtol=1e-5, atol=1e-6)
     recorded = [r.getMessage() for r in caplog.records if "is recorded as CUDA graph" in r.getMessage()]
-    # the forward once; the backward once, or twice where .grad is set to None: then the first
-    # micro-batch's gradients go into .grad (the first recording's memory), so the second
-    # micro-batch needs another recording
-    assert len(recorded) == (3 if set_to_none else 2), recorded
+    # the forward and the backward once: under the worst allocator every gradient lies where
+    # the forward's replay writes. Where .grad is set to None, the first micro-batch's
+    # gradients go into .grad and are still there at the second micro-batch's forward: that
+    # call and its backward run uncaptured, and AccumulateGrad copies the gradients from then
+    # on (Note [Memory a replay writes])
+    assert len(recorded) == 2, recorded
+    stopped = [r for r in caplog.records if ".grad gets copies of them from now on" in r.getMessage()]
+    assert len(stopped) == (1 if set_to_none else 0)
 
 
-def test_gradients_go_into_grad_without_a_copy(captured_on_cpu):
+@pytest.mark.parametrize("reused", [False, True])
+def test_gradients_go_into_grad_without_a_copy(captured_on_cpu, reused):
+    captured_on_cpu.worst = reused
     model = _mlp()
+    ref = copy.deepcopy(model)
     compiled = compile_fn(model, cuda_graphs=True)
     for _ in range(3):
-        compiled(torch.randn(8, 16)).sum().backward()
+        x = torch.randn(8, 16)
+        compiled(x).sum().backward()
+        ref(x).sum().backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
         grads = [p.grad.data_ptr() for p in model.parameters()]
         model.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
     compiled(torch.randn(8, 16)).sum().backward()
-    assert [p.grad.data_ptr() for p in model.parameters()] == grads  # the graph's memory, again
+    # the graph's memory again, also where a forward replay writes it: .grad is set to None
+    # before the next forward
+    assert [p.grad.data_ptr() for p in model.parameters()] == grads
+
+
+def test_a_kept_gradient_in_memory_a_forward_replay_writes_is_never_overwritten(captured_on_cpu):
+    """Gradient accumulation with ``.grad`` set to None per optimizer step: the first
+    micro-batch's gradients must survive the second micro-batch's forward replay, which (under
+    the worst allocator) writes where the backward recording put them."""
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    compiled = compile_fn(model, cuda_graphs=True)
+    accumulating_steps(compiled, model, ref, lambda: torch.randn(8, 16), 4, True, rtol=1e-5, atol=1e-6)
+    for _ in range(3):  # zero_grad between the forward and the backward: .grad alive at the forward
+        x = torch.randn(8, 16)
+        outs = [m(x).square().mean() for m in (compiled, ref)]
+        for m, out in zip((model, ref), outs):
+            m.zero_grad(set_to_none=True)
+            out.backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    kept, expected = [], []  # gradients a user keeps while later steps replay
+    for _ in range(3):
+        x = torch.randn(8, 16)
+        kept.append(torch.autograd.grad(compiled(x).sum(), list(model.parameters())))
+        expected.append(torch.autograd.grad(ref(x).sum(), list(ref.parameters())))
+    for got, want in zip(kept, expected):
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
 
 
 def test_two_forwards_before_a_backward_and_retain_graph(captured_on_cpu):

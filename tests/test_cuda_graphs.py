@@ -218,6 +218,41 @@ def test_default_options_capture_and_keep_losses_and_accumulated_gradients(caplo
 
 
 @gpu
+def test_kept_gradients_survive_forward_replays_that_reuse_their_memory():
+    """Note [Memory a replay writes] on the real allocator: the forward frees two products of
+    the size of the second weight's gradient, so the backward's recording may put that
+    gradient where the forward's replay writes. Gradient accumulation with ``.grad`` set to
+    None per optimizer step, and ``torch.autograd.grad`` results kept over later steps, must
+    match eager."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024, bias=False), torch.nn.Tanh(),
+                                torch.nn.Linear(1024, 1024, bias=False), torch.nn.Tanh()).to(DEVICE)
+    ref = __import__("copy").deepcopy(model)
+    compiled = compile_fn(model)
+    accumulating_steps(compiled, model, ref, lambda: randn(1024, 1024), 4, True, rtol=1e-4, atol=1e-5)
+    kept, expected = [], []
+    for _ in range(3):
+        x = randn(1024, 1024)
+        kept.append(torch.autograd.grad(compiled(x).square().mean(), list(model.parameters())))
+        expected.append(torch.autograd.grad(ref(x).square().mean(), list(ref.parameters())))
+    for got, want in zip(kept, expected):
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+@gpu
+def test_free_memory_lists_what_a_capture_may_reuse():
+    from nvfuser_dtensor_backend.cuda_graph_runner import CudaCapture
+
+    capture = CudaCapture(torch.cuda.current_device())
+    kept = capture.warm_up(lambda args: [randn(1024, 1024), randn(1024, 1024)][0], [])
+    ranges = capture.free_memory()  # the second tensor's block, freed in the pool
+    assert ranges and all(hi > lo for lo, hi in ranges)
+    start = kept.untyped_storage().data_ptr()
+    assert not any(lo <= start < hi for lo, hi in ranges)  # a live tensor is not free
+
+
+@gpu
 def test_dropout_draws_new_numbers_on_every_replay():
     f = compile_fn(lambda x: torch.nn.functional.dropout(x * 2, p=0.5, training=True), cuda_graphs=True)
     x = torch.ones(256, 256, device=DEVICE)
