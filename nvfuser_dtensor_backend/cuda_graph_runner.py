@@ -261,7 +261,9 @@ class _Recording:
         self.rebuilt = rebuilt  # [[indices sharing one storage]] copied out storage and all
         self.watched = watched  # [(output handed out as it is, its storage's cdata)]
         self.alone: list = []  # their holders when only the runner holds them (set_alone)
-        self.cached: list = []  # outputs registered as cached tensors, until this recording dies
+        # positions in ``watched`` of the outputs registered as cached tensors, until this
+        # recording dies (positions, not tensors: a reference would change the holder counts)
+        self.cached: list[int] = []
         self.seq = 0  # its place in its pool's Ledger
         self.risky: list[int] = []  # positions in ``watched`` of the outputs at risk
         self.risky_alone: list = []
@@ -278,8 +280,8 @@ class _Recording:
             # cudagraph trees turn the registry off when they reset (torch._dynamo.reset());
             # removing asserts that it is on, and entries left behind would keep their memory
             torch._C._set_cached_tensors_enabled(True)
-            for t in self.cached:
-                torch._C._remove_cached_tensor(t)
+            for j in self.cached:
+                torch._C._remove_cached_tensor(self.watched[j][0])
 
     def set_alone(self) -> None:
         """Called where no local variable of the recording refers to an output."""
@@ -303,22 +305,14 @@ class _Recording:
     def stop_lending(self) -> None:
         """Unregisters the gradients at risk (cached tensors), so that AccumulateGrad copies
         them into ``.grad`` from now on (Note [Memory a replay writes])."""
-        risky = {id(self.watched[j][0]) for j in self.risky}
-        lent = [t for t in self.cached if id(t) in risky]
+        lent = [j for j in self.cached if j in self.risky]
         if not lent:
             return
         self.lent_once = True
-        # ``cached`` and the registry hold references: "only the runner holds it" drops with them
-        positions = [next(j for j, (w, _) in enumerate(self.watched) if w is t) for t in lent]
-        before = [_counts(*self.watched[j]) for j in positions]
         torch._C._set_cached_tensors_enabled(True)
-        for t in lent:
-            torch._C._remove_cached_tensor(t)
-        self.cached = [t for t in self.cached if id(t) not in risky]
-        after = [_counts(*self.watched[j]) for j in positions]
-        for j, b, c in zip(positions, before, after):
-            self.alone[j] = tuple(a - (x - y) for a, x, y in zip(self.alone[j], b, c))
-        self.risky_alone = [self.alone[j] for j in self.risky]
+        for j in lent:
+            torch._C._remove_cached_tensor(self.watched[j][0])
+        self.cached = [j for j in self.cached if j not in lent]
         log.info("nvfuser_dtensor: gradients kept in .grad past the next forward (gradient accumulation?) lie "
                  "where an earlier CUDA graph writes: .grad gets copies of them from now on, and calls run "
                  "uncaptured until those kept now are released")
@@ -533,7 +527,7 @@ class GraphRunner:
             _MADE[t.data_ptr()] = _MADE.get(t.data_ptr(), 0) + 1
         if self.kind == "backward":  # so that AccumulateGrad takes gradients into .grad without a copy
             torch._C._set_cached_tensors_enabled(True)
-            rec.cached = [outputs[i] for i in watched_idx]
-            for t in rec.cached:
+            rec.cached = list(range(len(watched)))
+            for t, _ in watched:
                 torch._C._add_cached_tensor(t)
         return rec

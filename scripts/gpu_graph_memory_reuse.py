@@ -53,12 +53,12 @@ def _rel(a, b):
     return r if r == r else float("inf")  # NaN: as bad as it gets
 
 
-def _run(name, model, make, loss_of, steps, micro):
+def _run(name, model, make, loss_of, steps, micro, options=None):
     import nvfuser_dtensor_backend as nb
 
     torch._dynamo.reset()
     ref_model = copy.deepcopy(model)
-    graphs = torch.compile(model, backend="nvfuser_dtensor", dynamic=False)
+    graphs = torch.compile(model, backend="nvfuser_dtensor", options=options, dynamic=False)
     plain = torch.compile(ref_model, backend="nvfuser_dtensor", options={"cuda_graphs": False}, dynamic=False)
     opts = [torch.optim.SGD(m.parameters(), lr=1e-3) for m in (model, ref_model)]
     worst = 0.0
@@ -91,6 +91,7 @@ def main(argv=None) -> int:
     p.add_argument("--size", default="tiny", choices=("tiny", "real"))
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--micro", type=int, default=2)
+    p.add_argument("--cuda-graphs-on", action="store_true", help="cuda_graphs=True instead of the default")
     args = p.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -98,7 +99,8 @@ def main(argv=None) -> int:
     ok = True
     for name in args.models.split(","):
         model, make, loss_of = _mlp(device) if name == "mlp" else _zoo(name, args.size, device)
-        ok &= _run(name, model, make, loss_of, args.steps, args.micro)
+        ok &= _run(name, model, make, loss_of, args.steps, args.micro,
+                   {"cuda_graphs": True} if args.cuda_graphs_on else None)
     return 0 if ok else 1
 
 

@@ -67,6 +67,17 @@ def main(argv=None) -> int:
     kinds = [getattr(r, "kind", "?") for r in nb.reports()]
     print(f"compiled graphs: {len(kinds)} {kinds}; regions: {sum(len(r.regions) for r in nb.reports())}")
     print(f"cuda_graph_stats: {nb.cuda_graph_stats()}")
+    if device == "cuda":  # reserved memory by pool: the general one, and each of our graphs' pools
+        pools: dict = {}
+        for seg in torch.cuda.memory_snapshot():
+            key = tuple(seg.get("segment_pool_id") or ()) or "general"
+            reserved, active = pools.get(key, (0, 0))
+            pools[key] = (reserved + seg["total_size"], active + seg["active_size"])
+        total = sum(r for r, _ in pools.values())
+        print(f"memory: reserved {total / 2**20:.0f} MB in {len(pools)} pools; "
+              f"peak allocated {torch.cuda.max_memory_allocated() / 2**20:.0f} MB")
+        for key, (reserved, active) in sorted(pools.items(), key=lambda kv: -kv[1][0])[:12]:
+            print(f"memory pool {key}: reserved {reserved / 2**20:.0f} MB, active {active / 2**20:.0f} MB")
     print("done")
     return 0
 

@@ -36,7 +36,8 @@ for r in json.load(open(sys.argv[1]))["rows"]:
         print("fallback", r["case"], r["mode"], r["backend"], f[:260])
 PY
 for m in ${REGION_ERRORS:-}; do echo "== region errors $m"; grep -vE "Warning|warn\(" "$w/logs/region_errors_$m.log" | cut -c1-400 | head -60; done
-for m in ${DIAG:-}; do echo "== diag $m"; grep -E "^step|^compiled|^cuda_graph_stats|CUDA graph|without CUDA|uncaptured|graph break|Graph break" "$w/logs/diag_$m.log" | cut -c1-300 | head -40; done
+for m in ${DIAG:-}; do echo "== diag $m"; grep -E "Graph Break Reason" "$w/logs/diag_$m.log" | sort | uniq -c | cut -c1-300 | head -5
+  grep -E "^step|^compiled|^cuda_graph_stats|^memory|without CUDA|uncaptured" "$w/logs/diag_$m.log" | cut -c1-300 | head -40; done
 echo "== call overhead"; grep -E "us/call" "$w/logs/call_overhead.log"
 echo "== top kernels, GPT-2 train"; cut -c1-170 "$w/logs/top_gpt2.log" | grep -vE "Warning|warn" | tail -45
 rm -rf "$w"

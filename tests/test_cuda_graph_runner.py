@@ -259,8 +259,12 @@ def test_training_steps_match_eager_and_keep_losses(captured_on_cpu, set_to_none
     model = _mlp()
     ref = copy.deepcopy(model)
     compiled = compile_fn(model, cuda_graphs=True)
+    nb.cuda_graph_stats(clear=True)
     with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
         accumulating_steps(compiled, model, ref, lambda: torch.randn(8, 16), 5, set_to_none, rtol=1e-5, atol=1e-6)
+    # the warm-ups, and where .grad is set to None the second micro-batch of the one optimizer
+    # step whose gradients were taken into .grad: every other call replays
+    assert nb.cuda_graph_stats()["uncaptured_calls"] == (4 if set_to_none else 2)
     recorded = [r.getMessage() for r in caplog.records if "is recorded as CUDA graph" in r.getMessage()]
     # the forward and the backward once: under the worst allocator every gradient lies where
     # the forward's replay writes. Where .grad is set to None, the first micro-batch's
