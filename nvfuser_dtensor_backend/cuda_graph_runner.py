@@ -13,7 +13,8 @@ other choice, spend 30-60 us per call on theirs):
   (the same compiled block called for another layer, a parameter replaced) gets its own
   recording. The first call of a compiled graph runs uncaptured, as a warm-up: nvFuser
   compiles its kernels on a region's first call, which should not happen under capture. The
-  warm-up allocates from the graphs' memory pool, so the recordings reuse what it freed.
+  warm-up allocates from the graphs' memory pool (while it holds no recording), so the
+  recordings reuse what it freed.
 - **Outputs a user keeps are never overwritten.** The forward's outputs that reach the user
   (AOTAutograd's ``num_forward_returns``) and every output of an inference graph are copied
   out of the graph's memory after the replay (a loss kept in a list, logits kept for a
@@ -59,6 +60,9 @@ AccumulateGrad takes the gradient, the second micro-batch's forward replays), or
   check finds them dead. A recording replays only if no recording made after it has an
   output at risk still alive; otherwise another recording is used or made, as for its own
   live outputs. Made now, it avoids the live memory.
+- A warm-up allocates from the pool only while the pool holds no recording. After one, what
+  a warm-up hands out could lie where that recording's replays write: the backward warms up
+  after the forward recorded when two forwards come before the first backward.
 - AccumulateGrad takes gradients at risk into ``.grad`` (registered as cached tensors) as
   long as they are dead by the next replay of an earlier recording, as in a plain training
   step. The first time one is found alive there (gradient accumulation, ``zero_grad`` after
@@ -436,7 +440,10 @@ class GraphRunner:
         if not self.warmed_up:
             self.warmed_up = True
             STATS["uncaptured_calls"] += 1
-            warm_up = getattr(self.capture, "warm_up", None)  # the warm-up: nvFuser compiles its kernels here
+            # the warm-up (nvFuser compiles its kernels here) allocates from the pool, unless the
+            # pool already holds a recording whose replays could write over what it hands out
+            # (two forwards before the first backward: Note [Memory a replay writes])
+            warm_up = getattr(self.capture, "warm_up", None) if not self.ledger.made else None
             return warm_up(self.compiled, args) if warm_up is not None else self.compiled(args)
         if self.count >= MAX_GRAPHS:
             STATS["uncaptured_calls"] += 1

@@ -8,6 +8,7 @@ tests/test_cuda_graphs.py.
 
 import copy
 import logging
+import weakref
 
 import pytest
 import torch
@@ -53,6 +54,14 @@ class ReplayByRerun:
     def free_memory(self):
         return None if ReplayByRerun.worst else []
 
+    def warm_up(self, fn, args):
+        """A warm-up allocates from the pool too: its outputs may lie in what earlier
+        recordings' replays write."""
+        outputs = fn(args)
+        # weakly: a reference would keep AccumulateGrad from taking a gradient into .grad
+        self.made.append([weakref.ref(o) for o in outputs if isinstance(o, torch.Tensor)])
+        return outputs
+
     def record(self, fn, inputs):
         ReplayByRerun.records += 1
         memory = [_on_memory_of(t) for t in inputs]
@@ -67,7 +76,9 @@ class ReplayByRerun:
         def replay():
             for later in self.made[seq + 1:] if ReplayByRerun.worst else ():
                 for t in later:
-                    _clobber(t)
+                    t = t() if isinstance(t, weakref.ref) else t
+                    if t is not None:
+                        _clobber(t)
             new = fn(list(memory))
             for i in written:
                 _write(outputs[i], new[i])
@@ -314,6 +325,24 @@ def test_a_kept_gradient_in_memory_a_forward_replay_writes_is_never_overwritten(
             out.backward()
         for p, q in zip(model.parameters(), ref.parameters()):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_a_warm_up_after_a_recording_keeps_its_outputs_out_of_the_pool(captured_on_cpu):
+    """Two forwards before the first backward: the forward records before the backward warms
+    up. Run in the pool, the backward's warm-up could put gradients a user keeps (results of
+    ``torch.autograd.grad``) where the forward's replays write."""
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    compiled = compile_fn(model, cuda_graphs=True)
+    kept, expected = [], []
+    for step in range(4):
+        x1, x2 = torch.randn(8, 16), torch.randn(8, 16)
+        for m, net, out in ((compiled, model, kept), (ref, ref, expected)):
+            loss = m(x1).square().mean() - m(x2).abs().mean()
+            out.append(torch.autograd.grad(loss, list(net.parameters())))
+    for got, want in zip(kept, expected):
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
 
 
 def test_two_forwards_before_a_backward_and_retain_graph(captured_on_cpu):
