@@ -16,7 +16,9 @@ on the same inputs. Backends: ``eager``, ``inductor``, ``nvfuser_dtensor`` and
 Rows (model x mode x backend): ``case``, ``mode`` (train/infer), ``backend``, ``status``
 (ok/wrong/error), ``error``, ``note`` (a step judged against float64, zoo_check), ``step_ms`` (median of single steps after ``--warmup`` steps,
 CUDA events on CUDA), ``first_call_s`` (the first compiled step: compile), ``loss_err``,
-``grad_err`` (see benchmarks/zoo_check.py), ``speedup_vs_inductor`` (inductor's step_ms /
+``grad_err`` (see benchmarks/zoo_check.py), ``replay_loss_err``, ``replay_grad_err`` and
+``accum_grad_err`` (the step again after the timed ones, and a gradient accumulation for
+nvfuser_dtensor: zoo_check.after_replays; a row right at first and wrong there is ``wrong``), ``speedup_vs_inductor`` (inductor's step_ms /
 ours), ``peak_mem_mb``, ``reserved_mb`` (``_reserved_baseline``), ``kernels`` and ``kernel_ms`` (CUDA: GPU activities of one profiled step
 and their summed time, next to ``step_ms`` the host's share), ``graphs`` (compiled aten graphs: forward, backward, inference), ``regions``, ``fallbacks`` and
 ``fallback_first`` (nvfuser_dtensor).
@@ -210,10 +212,15 @@ def _measure_compiled(a, zm, batch, backend: str, train: bool, ref, fp64_cache: 
         warnings.simplefilter("always")
         res = zoo_check.compare(zm, name, train, options, ref=ref, fp64_cache=fp64_cache)
         timing = _time(res["compiled"], zm, batch, train, a.device, a.warmup, a.iters, a.timing_lock)
+        if base_reserved is not None:  # before the checks below, which may run calls uncaptured
+            timing["reserved_mb"] = (torch.cuda.max_memory_reserved() - base_reserved) / 2**20
+        # again after the timed steps: a replay, and gradient accumulation for our runner's
+        # graphs; dropout models draw other masks each training step and were judged
+        # statistically once
+        again = {} if zm.dropout and train else zoo_check.after_replays(
+            res["compiled"], zm, batch, train, ref, res, accumulate=name == NVF)
     row = dict(status=res["status"], first_call_s=res["first_call_s"], loss_err=res["loss_err"],
                grad_err=res["grad_err"], tol_loss=res["tol"]["loss"], tol_grad=res["tol"]["grad"], **timing)
-    if base_reserved is not None:
-        row["reserved_mb"] = (torch.cuda.max_memory_reserved() - base_reserved) / 2**20
     if "noise" in res:
         row.update(dropout_noise=res["noise"], dropout_seed_losses=res["seed_losses"],
                    dropout_happened=res["dropout_happened"])
@@ -227,7 +234,11 @@ def _measure_compiled(a, zm, batch, backend: str, train: bool, ref, fp64_cache: 
         row["note"] = (f"from float64: loss_err {f['loss_err']:.3g} (eager {f['eager_loss_err']:.3g}), grad_err "
                        f"{_fmt(f['grad_err'], '.3g')} (eager {_fmt(f['eager_grad_err'], '.3g')}), tolerance "
                        f"{zoo_check.FP64_MULTIPLIER:g} x eager's + tol/10")
-    if row["status"] == "wrong":
+    row.update({k: v for k, v in again.items() if k != "replay_wrong"})
+    if row["status"] == "ok" and again.get("replay_wrong"):
+        row["status"] = "wrong"
+        row["error"] = f"wrong after the timed steps: {again['replay_wrong']}"
+    elif row["status"] == "wrong":
         row["error"] = (f"wrong: loss_err {row['loss_err']:.3g} (tol {row['tol_loss']:.3g}), "
                         f"grad_err {_fmt(row['grad_err'], '.3g')} (tol {row['tol_grad']:.3g})"
                         + (f"; {row['note']}" if "note" in row else ""))

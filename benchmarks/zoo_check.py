@@ -4,6 +4,8 @@ Used by ``tests/test_zoo.py`` and ``benchmarks/models.py``.
 
 - ``run_step``: train = ``model.train()``, forward, loss, backward (gradients zeroed first,
   returned); infer = ``model.eval()`` and forward under ``torch.no_grad()``.
+- ``after_replays``: the step again once the timed steps ran (a CUDA-graph replay) and a
+  gradient accumulation over two micro-batches, judged the same way.
 - ``compare``: a compiled deep copy against eager on the same inputs and initial weights.
   ``loss_err`` = |loss - loss_ref| / |loss_ref| (infer: ||out - ref|| / ||ref|| of the main
   output, the logits); ``grad_err`` = max over parameters of ||g - g_ref|| / ||all g_ref||,
@@ -132,6 +134,52 @@ def errors(step: Step, ref: Step, train: bool) -> tuple[float, float | None]:
     if not math.isfinite(step.loss.double().item()):
         loss_err = math.inf
     return loss_err, grad_err
+
+
+def accumulated_step(model, zm, batch, seed: int = 0) -> Step:
+    """Gradient accumulation over two micro-batches of the same batch, ``.grad`` set to None
+    first: the gradients are twice one step's. With CUDA graphs the second micro-batch's
+    forward replays while ``.grad`` holds what the first one's backward produced (Note
+    [Memory a replay writes]); ``Step.grads`` holds the halves, to compare with one step's."""
+    torch.compiler.cudagraph_mark_step_begin()
+    model.train()
+    model.zero_grad(set_to_none=True)
+    for _ in range(2):
+        torch.manual_seed(seed)
+        out = model(**batch.kwargs)
+        loss = zm.loss_fn(out, batch)
+        loss.backward()
+    grads = {n: (p.grad.detach() / 2 if p.grad is not None else None) for n, p in _module(model).named_parameters()}
+    return Step(loss.detach().clone(), main_output(out).detach().clone(), grads)
+
+
+def after_replays(compiled, zm, batch, train: bool, ref: Step, first: dict, accumulate: bool) -> dict:
+    """The step again after the timed ones (with CUDA graphs, a replay), and in training a
+    gradient accumulation (``accumulated_step``), against eager's ``ref``:
+    ``replay_loss_err``, ``replay_grad_err``, ``accum_grad_err`` and ``replay_wrong`` (what
+    went wrong, or None). ``first`` is ``compare``'s result for the first step. The same
+    kernels on the same inputs should repeat its errors, so the bound is the larger of the
+    tolerance and twice the first step's error plus a tenth of the tolerance (a first step
+    judged right against float64 may be outside the tolerance from eager)."""
+    tol = first["tol"]
+
+    def bound(kind: str) -> float:
+        err = first["loss_err" if kind == "loss" else "grad_err"] or 0.0
+        return max(tol[kind], 2 * err + tol[kind] / 10)
+
+    step = seeded_step(compiled, zm, batch, train, 0)
+    loss_err, grad_err = errors(step, ref, train)
+    res = dict(replay_loss_err=loss_err, replay_grad_err=grad_err)
+    wrong = []
+    if not loss_err <= bound("loss") or (grad_err is not None and not grad_err <= bound("grad")):
+        wrong.append(f"replayed step: loss_err {loss_err:.3g}, grad_err {grad_err if grad_err is None else f'{grad_err:.3g}'}")
+    if train and accumulate:
+        _, accum = errors(accumulated_step(compiled, zm, batch), ref, True)
+        res["accum_grad_err"] = accum
+        if not accum <= bound("grad"):
+            wrong.append(f"gradient accumulation: grad_err {accum:.3g}")
+    res["replay_wrong"] = "; ".join(wrong) or None
+    return res
 
 
 def fallback_warnings(caught) -> list[str]:
