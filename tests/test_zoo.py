@@ -19,6 +19,7 @@ pytest.importorskip("timm")
 pytest.importorskip("torchvision")
 
 from benchmarks import zoo, zoo_check  # noqa: E402
+from cpu_capture import captured_on_cpu  # noqa: E402,F401 - a fixture
 from helpers import DEVICE  # noqa: E402
 from nvfuser_dtensor_backend.region import NvFuserFallbackWarning  # noqa: E402
 
@@ -72,6 +73,37 @@ def test_zoo_default_options(name, mode, record_property):
 @pytest.mark.parametrize("name,mode", _params("fuse_matmul", slow=set(zoo.NAMES) - set(FUSE_MATMUL_CI)))
 def test_zoo_fuse_matmul(name, mode, record_property):
     _check(name, mode, "fuse_matmul", record_property)
+
+
+# CUDA-graph replays of every zoo model under the worst allocator (tests/cpu_capture.py):
+# these run in CI, the others are marked slow (the 26 runs took about 4 min on 2 cores).
+REPLAYS_CI = ("gpt2", "t5", "resnet18", "bert_dropout")
+
+
+@pytest.mark.parametrize("name,mode", _params("replays", slow=set(zoo.NAMES) - set(REPLAYS_CI)))
+def test_zoo_cuda_graph_replays(name, mode, captured_on_cpu):
+    """The zoo's own check of a row's step after its timed steps, a CUDA-graph replay, and
+    of a gradient accumulation over two micro-batches (zoo_check.after_replays), with our
+    runner replaying by rerun and overwriting whatever a later recording may have put in an
+    earlier one's memory (Note [Memory a replay writes])."""
+    import argparse
+    import copy
+
+    from benchmarks import models
+
+    torch._dynamo.reset()
+    zm = zoo.build(name, "tiny", "cpu", torch.float32)
+    batch = zm.make_inputs(0)
+    train = mode == "train"
+    ref = zoo_check.seeded_step(copy.deepcopy(zm.model), zm, batch, train, 0)
+    a = argparse.Namespace(device="cpu", warmup=2, iters=2, timing_lock="", dump_dir=None)
+    row = models._measure_compiled(a, zm, batch, "nvfuser_dtensor:cuda_graphs", train, ref, {})
+    assert row["status"] == "ok", row.get("error")
+    assert row["cuda_graphs"]["recorded"] >= 1 and not row["cuda_graphs"]["failures"]
+    if not (zm.dropout and train):
+        assert row["replay_loss_err"] is not None
+    if train and not zm.dropout:
+        assert row["accum_grad_err"] is not None
 
 
 def test_registry_covers_the_issue():
