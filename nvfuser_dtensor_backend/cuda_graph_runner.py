@@ -243,11 +243,6 @@ def ledger_of(capture) -> Ledger:
     return ledger
 
 
-def _counts(t: torch.Tensor, cdata: int) -> tuple[int, int, int]:
-    """Who holds ``t``: Python references, TensorImpl references, storage references."""
-    return sys.getrefcount(t), t._use_count(), torch._C._storage_Use_Count(cdata)
-
-
 class _Recording:
     """One recorded graph: its input buffers, its outputs and how each is handed out."""
 
@@ -289,22 +284,35 @@ class _Recording:
 
     def set_alone(self) -> None:
         """Called where no local variable of the recording refers to an output."""
-        self.alone = self._holders()
-        self.risky_alone = self._risky_holders()
+        self.alone = self._holders(range(len(self.watched)))
+        self.risky_alone = self._holders(self.risky)
 
-    def _holders(self) -> list:
-        return [_counts(t, cdata) for t, cdata in self.watched]
+    def _holders(self, positions) -> list:
+        """Who holds the watched outputs at ``positions``: Python references, TensorImpl
+        references, storage references, each output bound as ``_held_as`` binds it."""
+        watched, counts = self.watched, []
+        for j in positions:
+            t, cdata = watched[j]
+            counts.append((sys.getrefcount(t), t._use_count(), torch._C._storage_Use_Count(cdata)))
+        return counts
+
+    def _held_as(self, positions, alone: list) -> bool:
+        """Whether the watched outputs at ``positions`` have the holders ``alone`` (the
+        per-call check: one loop, cheapest count first, out at the first difference)."""
+        watched, use_count, refcount = self.watched, torch._C._storage_Use_Count, sys.getrefcount
+        for j, (py, impl, storage) in zip(positions, alone):
+            t, cdata = watched[j]
+            if use_count(cdata) != storage or t._use_count() != impl or refcount(t) != py:
+                return False
+        return True
 
     def free(self) -> bool:
         """Whether no output handed out as it is by the last replay is still referenced."""
-        return not self.watched or self._holders() == self.alone
-
-    def _risky_holders(self) -> list:
-        return [_counts(*self.watched[j]) for j in self.risky]
+        return not self.watched or self._held_as(range(len(self.watched)), self.alone)
 
     def risky_free(self) -> bool:
         """Whether no output at risk handed out by the last replay is still referenced."""
-        return self._risky_holders() == self.risky_alone
+        return self._held_as(self.risky, self.risky_alone)
 
     def stop_lending(self) -> None:
         """Unregisters the gradients at risk (cached tensors), so that AccumulateGrad copies
