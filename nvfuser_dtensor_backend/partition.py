@@ -11,6 +11,7 @@ from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from .options import env_flag
 from .registry import Translator, Unsupported, lookup, op_name
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -68,11 +69,18 @@ def _graph_on_cuda(gm: fx.GraphModule) -> bool:
                for n in gm.graph.nodes if n.op == "placeholder")
 
 
+# A/B switch (not a user setting, read at import): count constant_pad_nd as compute, so that
+# a region of only a pad (GPT-2's backward pads the logits' gradient for the aligned GEMMs,
+# Note [Padded matmuls]) is one nvFuser kernel instead of PyTorch's fill and strided copy
+# (0.12 + 0.48 ms on the H200, benchmarks/results/issue13_goals.md). Not yet measured.
+PAD_KERNELS = env_flag("NVFUSER_DTENSOR_PAD_KERNELS")
+
+
 def _compute_nodes(nodes) -> int:
     count = 0
     for n in nodes:
         entry = lookup(n)
-        if isinstance(entry, Translator) and entry.compute:
+        if isinstance(entry, Translator) and (entry.compute or (PAD_KERNELS and n.target is aten.constant_pad_nd.default)):
             count += 1
     return count
 

@@ -101,3 +101,21 @@ def test_sliced_product_is_copied_when_a_view_needs_it_dense(dtype, padded_graph
     a, b = randn(64, 24, dtype=dtype), randn(24, 33, dtype=dtype)
     check_parity(lambda a, b: (a @ b).view(-1) * 2, a, b, pad_matmuls=True)
     assert "aten.clone" in padded_graphs[-1][1]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("pad_kernels", [False, True])
+def test_a_region_of_only_a_pad_runs_in_nvfuser_with_the_switch(dtype, pad_kernels, monkeypatch):
+    """NVFUSER_DTENSOR_PAD_KERNELS (partition.PAD_KERNELS, an A/B switch): the pad of a
+    gradient to an aligned width, alone in its region, runs as an nvFuser pad; by default it
+    stays in PyTorch. The values are the same either way."""
+    from nvfuser_dtensor_backend import partition
+
+    from helpers import compile_fn, region_count
+
+    monkeypatch.setattr(partition, "PAD_KERNELS", pad_kernels)
+    g = randn(37, 1001, dtype=dtype)
+    f = compile_fn(lambda g: torch.nn.functional.pad(g, (0, 7)))
+    out = f(g)
+    assert out.shape == (37, 1008) and torch.equal(out, torch.nn.functional.pad(g, (0, 7)))
+    assert region_count() == (1 if pad_kernels else 0)
