@@ -170,19 +170,22 @@ class CudaCapture:
         with _use_cuda_memory_pool_manager(self.device_index, self.pool, self.stream):
             return fn(args)
 
-    def free_memory(self) -> list[tuple[int, int]]:
+    def free_memory(self) -> list[tuple[int, int]] | None:
         """The address ranges free in the pool now: what a capture begun now may allocate from
-        (Note [Memory a replay writes])."""
-        ranges = []
+        (Note [Memory a replay writes]). Called once the pool holds a recording; if the
+        allocator's snapshot shows none of the pool's segments (another allocator setting or
+        snapshot format), None: every address counts as free, so every output is at risk."""
+        ranges, found = [], False
         for segment in torch.cuda.memory_snapshot():
             if segment.get("segment_pool_id") != tuple(self.pool) or segment.get("device", self.device_index) != self.device_index:
                 continue
+            found = True
             address = segment["address"]
             for block in segment["blocks"]:
                 if block["state"] != "active_allocated":
                     ranges.append((address, address + block["size"]))
                 address += block["size"]
-        return ranges
+        return ranges if found else None
 
     def record(self, fn: Callable, inputs: list) -> tuple[Callable[[], None], list]:
         from torch._dynamo.utils import preserve_rng_state
