@@ -69,21 +69,26 @@ def _module(model) -> torch.nn.Module:
     return getattr(model, "_orig_mod", model)  # the module under torch.compile's wrapper
 
 
-def run_step(model, inputs, loss_fn, train: bool, collect: bool = True) -> Step | None:
-    """One step; ``inputs`` is a zoo ``Batch``. ``collect=False`` (timing) returns None."""
+def run_step(model, inputs, loss_fn, train: bool, collect: bool = True, micro_batches: int = 1) -> Step | None:
+    """One step; ``inputs`` is a zoo ``Batch``. ``collect=False`` (timing) returns None.
+    ``micro_batches`` > 1 (training): gradient accumulation, the same batch that many times
+    into ``.grad`` (set to None first); ``Step.grads`` holds the mean, one batch's gradients.
+    With CUDA graphs the later micro-batches' forwards replay while ``.grad`` holds what the
+    first one's backward produced (Note [Memory a replay writes])."""
     # A new step for CUDA graphs (cudagraph trees: inductor's reduce-overhead, our cuda_graphs):
     # outputs of the last replay may be overwritten from here on, so a Step keeps copies.
     torch.compiler.cudagraph_mark_step_begin()
     if train:
         model.train()
         model.zero_grad(set_to_none=True)
-        out = model(**inputs.kwargs)
-        loss = loss_fn(out, inputs)
-        loss.backward()
+        for _ in range(micro_batches):
+            out = model(**inputs.kwargs)
+            loss = loss_fn(out, inputs)
+            loss.backward()
         if not collect:
             return None
-        grads = {n: (p.grad.detach().clone() if p.grad is not None else None)
-                 for n, p in _module(model).named_parameters()}
+        grads = {n: (p.grad.detach() / micro_batches if micro_batches > 1 else p.grad.detach().clone())
+                 if p.grad is not None else None for n, p in _module(model).named_parameters()}
         return Step(loss.detach().clone(), main_output(out).detach().clone(), grads)
     model.eval()
     with torch.no_grad():
@@ -136,26 +141,9 @@ def errors(step: Step, ref: Step, train: bool) -> tuple[float, float | None]:
     return loss_err, grad_err
 
 
-def accumulated_step(model, zm, batch, seed: int = 0) -> Step:
-    """Gradient accumulation over two micro-batches of the same batch, ``.grad`` set to None
-    first: the gradients are twice one step's. With CUDA graphs the second micro-batch's
-    forward replays while ``.grad`` holds what the first one's backward produced (Note
-    [Memory a replay writes]); ``Step.grads`` holds the halves, to compare with one step's."""
-    torch.compiler.cudagraph_mark_step_begin()
-    model.train()
-    model.zero_grad(set_to_none=True)
-    for _ in range(2):
-        torch.manual_seed(seed)
-        out = model(**batch.kwargs)
-        loss = zm.loss_fn(out, batch)
-        loss.backward()
-    grads = {n: (p.grad.detach() / 2 if p.grad is not None else None) for n, p in _module(model).named_parameters()}
-    return Step(loss.detach().clone(), main_output(out).detach().clone(), grads)
-
-
 def after_replays(compiled, zm, batch, train: bool, ref: Step, first: dict, accumulate: bool) -> dict:
     """The step again after the timed ones (with CUDA graphs, a replay), and in training a
-    gradient accumulation (``accumulated_step``), against eager's ``ref``:
+    gradient accumulation over two micro-batches (``run_step``), against eager's ``ref``:
     ``replay_loss_err``, ``replay_grad_err``, ``accum_grad_err`` and ``replay_wrong`` (what
     went wrong, or None). ``first`` is ``compare``'s result for the first step. The same
     kernels on the same inputs should repeat its errors, so the bound is the larger of the
@@ -174,7 +162,7 @@ def after_replays(compiled, zm, batch, train: bool, ref: Step, first: dict, accu
     if not loss_err <= bound("loss") or (grad_err is not None and not grad_err <= bound("grad")):
         wrong.append(f"replayed step: loss_err {loss_err:.3g}, grad_err {grad_err if grad_err is None else f'{grad_err:.3g}'}")
     if train and accumulate:
-        _, accum = errors(accumulated_step(compiled, zm, batch), ref, True)
+        _, accum = errors(seeded_step(compiled, zm, batch, True, 0, micro_batches=2), ref, True)
         res["accum_grad_err"] = accum
         if not accum <= bound("grad"):
             wrong.append(f"gradient accumulation: grad_err {accum:.3g}")
@@ -188,9 +176,9 @@ def fallback_warnings(caught) -> list[str]:
     return [str(w.message) for w in caught if issubclass(w.category, NvFuserFallbackWarning)]
 
 
-def seeded_step(model, zm, batch, train: bool, seed: int, collect: bool = True) -> Step | None:
+def seeded_step(model, zm, batch, train: bool, seed: int, collect: bool = True, micro_batches: int = 1) -> Step | None:
     torch.manual_seed(seed)  # the RNG stream of dropout
-    return run_step(model, batch, zm.loss_fn, train, collect)
+    return run_step(model, batch, zm.loss_fn, train, collect, micro_batches)
 
 
 def fp64_step(zm, batch, train: bool, seed: int) -> Step:

@@ -69,6 +69,8 @@ def _graph_on_cuda(gm: fx.GraphModule) -> bool:
                for n in gm.graph.nodes if n.op == "placeholder")
 
 
+aten = torch.ops.aten
+
 # A/B switch (not a user setting, read at import): count constant_pad_nd as compute, so that
 # a region of only a pad (GPT-2's backward pads the logits' gradient for the aligned GEMMs,
 # Note [Padded matmuls]) is one nvFuser kernel instead of PyTorch's fill and strided copy
@@ -84,8 +86,6 @@ def _compute_nodes(nodes) -> int:
             count += 1
     return count
 
-
-aten = torch.ops.aten
 
 # Note [Views leave regions]
 # A view computed inside a region and used only outside it would be written out by nvFuser

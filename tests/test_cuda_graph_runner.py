@@ -462,21 +462,3 @@ def test_hf_models_accumulate_gradients_right_under_the_worst_allocator(captured
             o.zero_grad(set_to_none=True)
     # the second micro-batch of the first step whose gradients went into .grad; then replays
     assert nb.cuda_graph_stats()["uncaptured_calls"] <= 2
-
-
-def test_the_zoo_judges_replays_and_gradient_accumulation(captured_on_cpu):
-    """benchmarks/models.py runs each compiled step again after timing it, and a gradient
-    accumulation (zoo_check.after_replays): a runner that overwrote kept gradients (under the
-    worst allocator) makes the row ``wrong`` even though its first, uncaptured step was right."""
-    import argparse
-
-    from benchmarks import models, zoo, zoo_check
-
-    zm = zoo.build("gpt2", "tiny", "cpu", torch.float32)
-    batch = zm.make_inputs(0)
-    ref = zoo_check.seeded_step(copy.deepcopy(zm.model), zm, batch, True, 0)
-    a = argparse.Namespace(device="cpu", warmup=2, iters=2, timing_lock="", dump_dir=None)
-    row = models._measure_compiled(a, zm, batch, "nvfuser_dtensor:cuda_graphs", True, ref, {})
-    assert row["status"] == "ok", row.get("error")
-    assert row["accum_grad_err"] < 1e-5 and row["replay_grad_err"] < 1e-5
-    assert row["cuda_graphs"]["recorded"] >= 2  # the timed steps replayed (GPT-2: two graphs, a break before the loss)

@@ -99,11 +99,12 @@ def test_zoo_cuda_graph_replays(name, mode, captured_on_cpu):
     a = argparse.Namespace(device="cpu", warmup=2, iters=2, timing_lock="", dump_dir=None)
     row = models._measure_compiled(a, zm, batch, "nvfuser_dtensor:cuda_graphs", train, ref, {})
     assert row["status"] == "ok", row.get("error")
-    assert row["cuda_graphs"]["recorded"] >= 1 and not row["cuda_graphs"]["failures"]
+    # the timed steps replayed: a forward and a backward in training (GPT-2: two graphs each)
+    assert row["cuda_graphs"]["recorded"] >= (2 if train else 1) and not row["cuda_graphs"]["failures"]
     if not (zm.dropout and train):
         assert row["replay_loss_err"] is not None
-    if train and not zm.dropout:
-        assert row["accum_grad_err"] is not None
+    if train and not zm.dropout:  # the same kernels on the same inputs: rounding at most
+        assert row["accum_grad_err"] < 1e-5 and row["replay_grad_err"] < 1e-5
 
 
 def test_registry_covers_the_issue():
