@@ -24,7 +24,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ._nvfuser import multidevice_abi_reason, nvfuser
-from . import cuda_graphs
+from . import channels_last, cuda_graphs
 from .cuda_graphs import CudaGraphs
 from .decompositions import decomposition_table
 from .distributed.global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
@@ -229,6 +229,28 @@ def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = N
         log.warning("nvfuser_dtensor: DTensor graph takes the local path (per-rank fusions, collectives run "
                     "by PyTorch): %s", reason)
 
+    rewrite = None
+    why_nhwc = channels_last.refusal(gm, opts.channels_last)
+    if why_nhwc is None:
+        rewrite = channels_last.to_channels_last(gm)
+        log.info("nvfuser_dtensor: %d convolution(s) take channels-last inputs", rewrite.convs)
+    elif opts.channels_last is not False:
+        log.info("nvfuser_dtensor: convolutions keep their layout: %s", why_nhwc)
+    try:
+        return _compile_through_aot(gm, example_inputs, opts)
+    except Exception as e:
+        if rewrite is None:
+            raise
+        # Note [Channels-last convolutions]: code that assumed NCHW memory fails the trace.
+        log.warning("nvfuser_dtensor: convolutions keep their layout: tracing with channels-last inputs "
+                    "failed (%s: %s)", type(e).__name__, _first_line(e))
+        rewrite.undo()
+        return _compile_through_aot(gm, example_inputs, opts)
+
+
+def _compile_through_aot(gm: fx.GraphModule, example_inputs, opts: Options) -> Callable:
+    """AOTAutograd's forward, backward and inference graphs, each partitioned into regions
+    (and replayed as CUDA graphs where ``opts.cuda_graphs`` captures them)."""
     why_not = cuda_graphs.refusal(opts.cuda_graphs, example_inputs)
     graphs = (None if why_not is not None else
               CudaGraphs(len(example_inputs), asked=opts.cuda_graphs is True, trees=opts.cuda_graphs == "trees"))

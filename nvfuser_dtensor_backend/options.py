@@ -64,6 +64,12 @@ class Options:
             kernels (pad_matmul.py, Note [Padded matmuls]): ``"auto"`` (default: on CUDA,
             GEMMs of at least 2**27 multiply-adds), ``True`` (every such GEMM, any device) or
             ``False``.
+        channels_last: 2-d convolutions take channels-last (NHWC) inputs, so cuDNN skips its
+            NCHW<->NHWC transposes and the regions between convolutions work in NHWC
+            (channels_last.py, Note [Channels-last convolutions]); what reaches the user keeps
+            eager's layout. ``True`` (every graph with a batched conv2d), ``"auto"``
+            (inductor's heuristics, CUDA only) or ``False`` (default until it is measured
+            on the H200).
         verify: debug mode for wrong numbers: every region also runs in PyTorch on the same
             inputs, and an output beyond its dtype's tolerance is reported with a
             ``RegionMismatchWarning`` naming the region (verify.py). Doubles the work of each
@@ -81,6 +87,7 @@ class Options:
     cuda_graphs: bool | str = "auto"
     pad_matmuls: bool | str = "auto"
     dtensor_runtime: bool = False
+    channels_last: bool | str = False
 
     @staticmethod
     def from_dict(options: dict[str, Any] | None) -> "Options":
@@ -115,6 +122,8 @@ class Options:
             raise OptionsError(f"cuda_graphs must be True, False, 'auto' or 'trees', got {opts.cuda_graphs!r}")
         if opts.pad_matmuls not in (True, False, "auto"):
             raise OptionsError(f"pad_matmuls must be True, False or 'auto', got {opts.pad_matmuls!r}")
+        if opts.channels_last not in (True, False, "auto"):
+            raise OptionsError(f"channels_last must be True, False or 'auto', got {opts.channels_last!r}")
         if opts.global_view not in (True, False, "auto"):
             raise OptionsError(f"global_view must be True, False or 'auto', got {opts.global_view!r}")
         if opts.dump_dir is not None and not isinstance(opts.dump_dir, (str, os.PathLike)):

@@ -21,6 +21,7 @@ pytest.importorskip("torchvision")
 from benchmarks import zoo, zoo_check  # noqa: E402
 from cpu_capture import captured_on_cpu  # noqa: E402,F401 - a fixture
 from helpers import DEVICE  # noqa: E402
+import nvfuser_dtensor_backend as nb  # noqa: E402
 from nvfuser_dtensor_backend.region import NvFuserFallbackWarning  # noqa: E402
 
 # Runs that fail today, keyed (model, mode, options label), with the first error seen on CPU
@@ -31,7 +32,7 @@ from nvfuser_dtensor_backend.region import NvFuserFallbackWarning  # noqa: E402
 # size-1 dims that nvFuser did not treat as broadcast; translators/shape.py view).
 KNOWN_FAILURES: dict[tuple[str, str, str], str] = {}
 
-OPTIONS = {"default": None, "fuse_matmul": {"fuse_matmul": True}}
+OPTIONS = {"default": None, "fuse_matmul": {"fuse_matmul": True}, "channels_last": {"channels_last": True}}
 
 
 # The fuse_matmul runs of these models run by default; the others are marked slow
@@ -40,9 +41,9 @@ OPTIONS = {"default": None, "fuse_matmul": {"fuse_matmul": True}}
 FUSE_MATMUL_CI = ("llama", "vit_s16", "convnext", "bert_dropout")
 
 
-def _params(options_label: str, modes=("train", "infer"), slow=()):
+def _params(options_label: str, modes=("train", "infer"), slow=(), names=zoo.NAMES):
     out = []
-    for name in zoo.NAMES:
+    for name in names:
         for mode in modes:
             reason = KNOWN_FAILURES.get((name, mode, options_label))
             marks = [pytest.mark.xfail(strict=False, reason=reason)] if reason else []
@@ -73,6 +74,18 @@ def test_zoo_default_options(name, mode, record_property):
 @pytest.mark.parametrize("name,mode", _params("fuse_matmul", slow=set(zoo.NAMES) - set(FUSE_MATMUL_CI)))
 def test_zoo_fuse_matmul(name, mode, record_property):
     _check(name, mode, "fuse_matmul", record_property)
+
+
+@pytest.mark.parametrize("name,mode", _params("channels_last", names=[
+    e.name for e in zoo.ENTRIES if e.family == "vision"]))
+def test_zoo_channels_last(name, mode, record_property):
+    """Note [Channels-last convolutions]: ViT's patch embedding, ResNet-18 and ConvNeXt."""
+    _check(name, mode, "channels_last", record_property)
+    if name != "vit_s16":  # whose one convolution (the patch embedding) feeds a matmul
+        outputs = [n.meta.get("val") for r in nb.reports() for region in r.regions
+                   for n in region.region.graph.find_nodes(op="output")[0].all_input_nodes]
+        assert any(isinstance(v, torch.Tensor) and v.dim() == 4 and not v.is_contiguous()
+                   and v.is_contiguous(memory_format=torch.channels_last) for v in outputs)  # regions wrote NHWC
 
 
 # CUDA-graph replays of every zoo model under the worst allocator (tests/cpu_capture.py):
