@@ -32,6 +32,7 @@ from .options import Options
 from .cpu_constants import copy_constants_once
 from .dense_stack import write_stacks_once
 from .early_gather import gather_early
+from .grouped_copies import group_input_copies
 from .one_hot_sum import fold_one_hot_sums
 from .padded_rows import reduce_padded_rows, rows_widened
 from .pad_matmul import pad_matmuls
@@ -158,6 +159,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
         pad_matmuls(gm, options.pad_matmuls)
     if region_cls is FusedRegion:
         gather_early(gm)
+        group_input_copies(gm)
         fold_one_hot_sums(gm)
         write_stacks_once(gm)
         reduce_padded_rows(gm)

@@ -2,7 +2,9 @@
 
 ``ReplayByRerun`` replays a recording by running the function again and copying into the
 same output tensors, so outputs live at fixed addresses and are overwritten in place, as a
-CUDA graph's are. It also plays the worst allocator (Note [Memory a replay writes]): a
+CUDA graph's are. Its recording leaves the inputs as they were, as a capture does (it runs
+no kernel): without that, a graph's updates of its inputs (batch norm's statistics) were
+applied twice in the step that recorded. It also plays the worst allocator (Note [Memory a replay writes]): a
 replay overwrites with garbage every output of a later recording or warm-up of the same
 pool. ``captured_on_cpu`` is the fixture that puts it under the backend.
 """
@@ -61,7 +63,14 @@ class ReplayByRerun:
     def record(self, fn, inputs):
         ReplayByRerun.records += 1
         memory = [_on_memory_of(t) for t in inputs]
+        before = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
         outputs = list(fn(list(inputs)))
+        # A capture records the kernels, it does not run them: what the function wrote into
+        # its inputs (batch norm's running statistics) is undone, to be written by the replay.
+        with torch.no_grad():
+            for t, b in zip(inputs, before):
+                if b is not None and not torch.equal(t, b):
+                    _write(t, b)
 
         read = {t.untyped_storage().data_ptr() for t in memory if isinstance(t, torch.Tensor)}
         written = [i for i, o in enumerate(outputs)  # the graph's own memory, not an input's
