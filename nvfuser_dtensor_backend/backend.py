@@ -90,6 +90,8 @@ class LazyInductor:
 
     def _compile(self, args) -> Callable:
         from torch._inductor.compile_fx import compile_fx_inner
+        from torch._inductor.decomposition import select_decomp_table
+        from torch.fx.experimental.proxy_tensor import make_fx
 
         # inductor compiles graphs that return a tuple/list.
         gm = fx.GraphModule(self.sub, copy.deepcopy(self.sub.graph))
@@ -99,6 +101,10 @@ class LazyInductor:
             out.args = ((out.args[0],),)
         gm.recompile()
         try:
+            # Our aten graphs keep ops inductor decomposes before lowering (aten.t, Note
+            # KEEP in decompositions.py); lowered as they are, inductor asserted "both a
+            # fallback and a decomp for same op" and every piece ran eagerly.
+            gm = make_fx(gm, decomposition_table=select_decomp_table(), tracing_mode="fake")(*args)
             fn = compile_fx_inner(gm, args)
         except Exception as e:  # inductor failing must not break the program
             self.error = _first_line(e)

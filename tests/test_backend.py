@@ -1,5 +1,6 @@
 """Structure and safety of the backend: regions, splitting, caching, fallbacks, options."""
 
+import copy
 import logging
 import warnings
 
@@ -133,6 +134,22 @@ def test_inductor_fallback_for_failed_region(monkeypatch):
     assert_close(out, torch.sin(x * 2) + 1)
     fallback = nb.reports()[-1].regions[0]._fallback
     assert fallback.compiled is not None and fallback.error is None and fallback.compiled is not fallback.sub
+
+
+def test_inductor_compiles_the_code_between_regions():
+    """A training step of a linear layer: the pieces between regions hold ``aten.t`` and
+    matmuls, which inductor lowers only once decomposed (they all ran eagerly before)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).to(DEVICE)
+    ref = copy.deepcopy(model)
+    compiled = compile_fn(model, fallback="inductor")
+    x = randn(5, 8)
+    compiled(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad, scale=4)
+    parts = [p for r in nb.reports() for p in r.inductor_parts]
+    assert parts and all(p.error is None and p.compiled is not None for p in parts), [p.error for p in parts]
 
 
 def test_dump_dir_writes_definitions(tmp_path):

@@ -64,6 +64,8 @@ def test_with_inductor_between_regions():
     """``fallback="inductor"`` hands the grouped updates to inductor with the code between regions."""
     model = _bn_net()
     _steps(compile_fn(model, fallback="inductor"), copy.deepcopy(model), 2)
+    parts = [p for r in nb.reports() for p in r.inductor_parts]
+    assert parts and all(p.error is None for p in parts), [p.error for p in parts]
 
 
 def test_updates_replayed_by_cuda_graphs(captured_on_cpu):
