@@ -396,7 +396,8 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="bfloat16", help="torch dtype of the models and inputs")
     p.add_argument("--size", default="", choices=("",) + zoo.SIZES, help="tiny or real (default: real on CUDA)")
-    p.add_argument("--models", default="", help=f"comma-separated (default: all of {','.join(zoo.NAMES)})")
+    p.add_argument("--models", default="", help=f"comma-separated (default: all of {','.join(zoo.NAMES)}; "
+                   "also the wider zoo's, benchmarks/zoo_more.py)")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--backends", default=",".join(BACKENDS),
                    help="comma-separated; nvfuser_dtensor:opt+opt sets boolean options (e.g. :fuse_matmul)")
@@ -421,9 +422,10 @@ def parse_args(argv=None):
     a.warmup = a.warmup or (3 if a.device == "cuda" else 1)
     a.iters = a.iters or (20 if a.device == "cuda" else 3)
     names = [n for n in a.models.split(",") if n] or list(zoo.NAMES)
-    unknown = sorted(set(names + ([a.one] if a.one else [])) - set(zoo.NAMES))
+    known = set(zoo.NAMES) | set(zoo.more_entries())
+    unknown = sorted(set(names + ([a.one] if a.one else [])) - known)
     if unknown:
-        p.error(f"unknown model(s) {unknown}; known: {zoo.NAMES}")
+        p.error(f"unknown model(s) {unknown}; known: {zoo.NAMES} and the wider zoo's {list(zoo.more_entries())}")
     a.names = names
     return a
 

@@ -252,6 +252,14 @@ def build(name: str, size: str = "tiny", device: str = "cpu", dtype: torch.dtype
     """The model ``name`` of ``size`` on ``device`` in ``dtype``, with seeded initial weights."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES}, got {size!r}")
-    if name not in BY_NAME:
-        raise KeyError(f"unknown zoo model {name!r}; known: {NAMES}")
-    return BY_NAME[name].build(size, device, dtype, name)
+    entry = BY_NAME.get(name) or more_entries().get(name)
+    if entry is None:
+        raise KeyError(f"unknown zoo model {name!r}; known: {NAMES} and the wider zoo's {list(more_entries())}")
+    return entry.build(size, device, dtype, name)
+
+
+def more_entries() -> dict[str, Entry]:
+    """The wider zoo's entries by name (benchmarks/zoo_more.py)."""
+    from .zoo_more import MORE
+
+    return {e.name: e for e in MORE}

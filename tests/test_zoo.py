@@ -88,12 +88,39 @@ def test_zoo_channels_last(name, mode, record_property):
                    and v.is_contiguous(memory_format=torch.channels_last) for v in outputs)  # regions wrote NHWC
 
 
-# CUDA-graph replays of every zoo model under the worst allocator (tests/cpu_capture.py):
-# these run in CI, the others are marked slow (the 26 runs took about 4 min on 2 cores).
+# The wider zoo (benchmarks/zoo_more.py): 27 more architectures. These run in CI (a causal LM
+# with a mixture of experts, a masked LM with relative attention, shifted windows, squeeze-
+# excite with depthwise convolutions); the others are marked slow (all 54 runs: about 6 min
+# on 2 cores).
+WIDER_CI = ("mixtral", "deberta_v2", "swin", "efficientnet_b0")
+
+
+def _wider_params():
+    from benchmarks.zoo_more import MORE
+
+    return [pytest.param(e.name, mode, id=f"{e.name}-{mode}", marks=[] if e.name in WIDER_CI else [pytest.mark.slow])
+            for e in MORE for mode in ("train", "infer")]
+
+
+@pytest.mark.parametrize("name,mode", _wider_params())
+def test_wider_zoo(name, mode, record_property):
+    _check(name, mode, "default", record_property)
+
+
+# CUDA-graph replays of every zoo model, and of the wider zoo's, under the worst allocator
+# (tests/cpu_capture.py): these run in CI, the others are marked slow (the zoo's 26 runs took
+# about 4 min on 2 cores).
 REPLAYS_CI = ("gpt2", "t5", "resnet18", "bert_dropout")
 
 
-@pytest.mark.parametrize("name,mode", _params("replays", slow=set(zoo.NAMES) - set(REPLAYS_CI)))
+def _replay_params():
+    from benchmarks.zoo_more import MORE
+
+    wider = [e.name for e in MORE]
+    return _params("replays", slow=set(zoo.NAMES + wider) - set(REPLAYS_CI), names=zoo.NAMES + wider)
+
+
+@pytest.mark.parametrize("name,mode", _replay_params())
 def test_zoo_cuda_graph_replays(name, mode, captured_on_cpu):
     """The zoo's own check of a row's step after its timed steps, a CUDA-graph replay, and
     of a gradient accumulation over two micro-batches (zoo_check.after_replays), with our
