@@ -56,6 +56,7 @@ import torch
 from torch import fx
 
 from .cpu_constants import copies_from_cpu
+from .options import env_flag
 from .cuda_graph_runner import CudaCapture, GraphRunner, is_graph_error, marking_graph_errors, note_uncaptured
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -215,7 +216,13 @@ class CudaGraphs:
 
     def _runner(self, kind: str, compiled: Callable, static: list[int], escaping: int | None) -> Callable:
         if self._capture is None:
-            self._capture = capture_class(self.device_index or 0)
+            device = self.device_index or 0
+            if SHARED_POOL:  # A/B switch: one pool (and ledger) for every compiled graph of a device
+                self._capture = _SHARED.get((capture_class, device))
+                if self._capture is None:
+                    self._capture = _SHARED[(capture_class, device)] = capture_class(device)
+            else:
+                self._capture = capture_class(device)
         return GraphRunner(kind, compiled, static, escaping, self._capture, self._fail,
                            lambda: self.failed is not None)
 
@@ -329,6 +336,16 @@ class CudaGraphs:
 
 
 capture_class: Callable[[int], Any] = CudaCapture  # tests on the CPU put a replay-by-rerun capture here
+
+# A/B switch (not a user setting; read at import), for goal 5 of issue 13 (memory):
+# ``NVFUSER_DTENSOR_SHARED_POOL=1`` gives every compiled graph of a device one memory pool and
+# one Ledger (Note [Memory a replay writes]) instead of a pool per forward/backward pair, as
+# cudagraph trees do. A model cut into many graphs (BART's 16 on the H200, 39 recordings and
+# 13.1 GB reserved against reduce-overhead's 3.5 GB) then reuses one graph's temporaries in
+# the next. The ledger's rule is the same for recordings of other graphs: a replay waits for
+# any later recording's outputs at risk to die. Not yet measured on the H200.
+SHARED_POOL = env_flag("NVFUSER_DTENSOR_SHARED_POOL")
+_SHARED: dict[tuple, Any] = {}  # (capture class, device index) -> the shared capture
 
 
 def refusal(option: Any, example_inputs) -> str | None:

@@ -343,9 +343,19 @@ def test_recordings_unregister_their_gradients_after_a_trees_reset():
     assert not torch._C._is_cached_tensor(grad)
 
 
-def test_a_gradient_passed_across_a_graph_break_is_read_in_place(captured_on_cpu, caplog):
+@pytest.fixture(params=[False, True], ids=["pool_per_graph", "shared_pool"])
+def pools(request, monkeypatch):
+    """Both settings of the A/B switch ``NVFUSER_DTENSOR_SHARED_POOL`` (cuda_graphs.py)."""
+    monkeypatch.setattr(cuda_graphs, "SHARED_POOL", request.param)
+    monkeypatch.setattr(cuda_graphs, "_SHARED", {})
+    return request.param
+
+
+def test_a_gradient_passed_across_a_graph_break_is_read_in_place(captured_on_cpu, pools, caplog):
     """The backward of the graph after a break hands its input gradient out as it is (a
-    recording's fixed memory); the backward of the graph before reads it there, no copy."""
+    recording's fixed memory); the backward of the graph before reads it there, no copy.
+    With one pool for both graphs, each replay also overwrites the other graph's later
+    recordings' outputs (the worst allocator)."""
     first, second = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
     ref_first, ref_second = copy.deepcopy(first), copy.deepcopy(second)
 
@@ -435,7 +445,7 @@ def test_an_input_in_padded_rows_keeps_its_padding_in_the_buffer():
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
-def test_hf_models_accumulate_gradients_right_under_the_worst_allocator(captured_on_cpu, name):
+def test_hf_models_accumulate_gradients_right_under_the_worst_allocator(captured_on_cpu, pools, name):
     """Hugging Face models (tiny configs) trained with gradient accumulation and ``.grad`` set
     to None, with CUDA graphs on (replayed by rerun, every later recording's outputs
     overwritten by a replay), against the same model with ``cuda_graphs=False``. On the H200
@@ -461,4 +471,5 @@ def test_hf_models_accumulate_gradients_right_under_the_worst_allocator(captured
             o.step()
             o.zero_grad(set_to_none=True)
     # the second micro-batch of the first step whose gradients went into .grad; then replays
-    assert nb.cuda_graph_stats()["uncaptured_calls"] <= 2
+    # (GPT-2 is two graphs, its loss after a graph break: one pool makes it wait for both)
+    assert nb.cuda_graph_stats()["uncaptured_calls"] <= (4 if pools and name == "gpt2" else 2)
