@@ -15,6 +15,7 @@ from torch import fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import nvfuser_dtensor_backend as nb
+from cpu_capture import captured_on_cpu  # noqa: F401 - a fixture
 from helpers import DEVICE, assert_close, compile_fn, randn
 from nvfuser_dtensor_backend import channels_last
 from nvfuser_dtensor_backend.options import Options, OptionsError
@@ -199,3 +200,23 @@ def test_rewrite_undoes_to_the_same_code():
 def test_bad_option_is_a_clear_error():
     with pytest.raises(OptionsError, match="channels_last"):
         Options.from_dict({"channels_last": "yes"})
+
+
+def test_replayed_as_cuda_graphs(captured_on_cpu):
+    """NHWC activations saved for the backward and batch norm's statistics, under the CUDA-graph
+    runner (replayed by rerun, the worst allocator): several training steps match eager."""
+    torch.manual_seed(0)
+    model = ConvNet().to(DEVICE)
+    ref = ConvNet().to(DEVICE)
+    ref.load_state_dict(model.state_dict())
+    compiled = compile_fn(model, channels_last=True, cuda_graphs=True)
+    nb.cuda_graph_stats(clear=True)
+    for step in range(4):
+        x = randn(4, 3, 12, 12)
+        assert_close(_step(compiled, x, True), _step(ref, x, True), torch.float32, scale=4, msg=f"step {step}")
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            assert_close(p.grad, q.grad, torch.float32, scale=8, msg=f"step {step}: {name}")
+            p.grad = q.grad = None
+        for b, rb in zip(model.buffers(), ref.buffers()):
+            assert_close(b.float(), rb.float(), torch.float32, scale=4, msg=f"step {step}")
+    assert nb.cuda_graph_stats()["recorded"] == 2 and _region_inputs_channels_last() >= 3
