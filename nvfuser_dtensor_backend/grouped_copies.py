@@ -22,6 +22,7 @@ import torch
 from torch import fx
 
 from .fx_nodes import val
+from .registry import KEEP_OUT
 
 aten = torch.ops.aten
 
@@ -58,8 +59,9 @@ def group_input_copies(gm: fx.GraphModule) -> int:
             if len(group) < 2:
                 continue
             with gm.graph.inserting_before(after):
-                gm.graph.call_function(aten._foreach_copy_.default,
-                                       ([c.args[0] for c in group], [c.args[1] for c in group]))
+                node = gm.graph.call_function(aten._foreach_copy_.default,
+                                              ([c.args[0] for c in group], [c.args[1] for c in group]))
+            node.meta[KEEP_OUT] = f"{len(group)} input updates in one launch (Note [Input updates in one launch])"
             for copy in group:
                 gm.graph.erase_node(copy)
             grouped += len(group)

@@ -126,8 +126,9 @@ def op_name(target) -> str:
     return f"{target.__module__.rsplit('.', 1)[-1]}.{target.__qualname__}"
 
 
-# node.meta key: why this node stays out of the regions although its op has a translator
-# (set by the DTensor global view: Note [Sharded reshapes stay out of fusions]).
+# node.meta key: why this node stays out of the regions, said in the report instead of
+# "no translator" (set by the DTensor global view, Note [Sharded reshapes stay out of
+# fusions], and by grouped_copies.py).
 KEEP_OUT = "nvfuser_dtensor_keep_out"
 
 
@@ -139,11 +140,11 @@ def lookup(node: fx.Node, fuse_matmul: bool = True) -> Translator | Unsupported:
     """
     if node.op != "call_function":
         return Unsupported(f"{node.op} node")
+    if KEEP_OUT in node.meta:
+        return Unsupported(f"{node.target}: {node.meta[KEEP_OUT]}")
     entry = TRANSLATORS.get(node.target)
     if entry is None:
         return Unsupported(f"no translator for {op_name(node.target)}")
-    if KEEP_OUT in node.meta:
-        return Unsupported(f"{node.target}: {node.meta[KEEP_OUT]}")
     if entry.gemm and not fuse_matmul:
         return Unsupported(f"{node.target}: matmuls run in PyTorch/cuBLAS (options fuse_matmul=False)")
     if node.target is not operator.getitem and entry.generic_check:
