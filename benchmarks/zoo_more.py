@@ -54,10 +54,14 @@ def _decoder(**extra):
 
 
 def _no_dropout(model: torch.nn.Module) -> torch.nn.Module:
-    """Dropout and torchvision's stochastic depth off (a random step could not match eager's)."""
+    """Dropout and stochastic depth (torchvision's StochasticDepth, timm's DropPath: Swin's
+    default rate is 0.1) off: a random step could not match eager's, and two micro-batches
+    draw other masks than one batch."""
     for m in model.modules():
         if isinstance(m, torch.nn.Dropout) or type(m).__name__ == "StochasticDepth":
             m.p = 0.0
+        elif type(m).__name__ == "DropPath":
+            m.drop_prob = 0.0
     return model
 
 

@@ -143,8 +143,9 @@ def test_zoo_cuda_graph_replays(name, mode, captured_on_cpu):
     assert row["cuda_graphs"]["recorded"] >= (2 if train else 1) and not row["cuda_graphs"]["failures"]
     if not (zm.dropout and train):
         assert row["replay_loss_err"] is not None
-    if train and not zm.dropout:  # the same kernels on the same inputs: rounding at most
-        assert row["accum_grad_err"] < 1e-5 and row["replay_grad_err"] < 1e-5
+    if train and not zm.dropout:  # the same kernels on the same inputs: the first step's rounding at most
+        bound = max(1e-5, 2 * row["grad_err"])  # deep fp32 conv nets: 2e-5 to 1e-4 already
+        assert row["accum_grad_err"] < bound and row["replay_grad_err"] < bound
 
 
 def test_registry_covers_the_issue():
