@@ -64,9 +64,13 @@ class ReplayByRerun:
         ReplayByRerun.records += 1
         memory = [_on_memory_of(t) for t in inputs]
         before = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
+        rng = torch.get_rng_state()
         outputs = list(fn(list(inputs)))
         # A capture records the kernels, it does not run them: what the function wrote into
-        # its inputs (batch norm's running statistics) is undone, to be written by the replay.
+        # its inputs (batch norm's running statistics) is undone, to be written by the replay,
+        # and the random numbers it drew are drawn again by the replay (dropout's masks in
+        # the recording step are those eager draws).
+        torch.set_rng_state(rng)
         with torch.no_grad():
             for t, b in zip(inputs, before):
                 if b is not None and not torch.equal(t, b):

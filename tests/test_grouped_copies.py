@@ -128,3 +128,15 @@ def test_which_copies_are_grouped(case, grouped):
         assert torch.equal(a, e)
     for o, e in zip(out, expected_out):
         assert torch.equal(o, e)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+def test_updates_in_real_cuda_graphs(channels_last):
+    """On the GPU: the grouped updates captured in a real CUDA graph write the buffers on every
+    replay (the forward is recorded in the second step)."""
+    model = _bn_net()
+    ref = copy.deepcopy(model)
+    nb.cuda_graph_stats(clear=True)
+    _steps(compile_fn(model, cuda_graphs=True, channels_last=channels_last), ref, 5)
+    assert nb.cuda_graph_stats()["recorded"] >= 2
