@@ -238,7 +238,9 @@ def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = N
                     "by PyTorch): %s", reason)
 
     rewrite = None
-    why_nhwc = channels_last.refusal(gm, opts.channels_last)
+    # DTensor graphs on the local path keep their layouts: their shards' strides are the mesh's
+    why_nhwc = ("DTensor inputs" if opts.channels_last is not False and has_dtensor(example_inputs)
+                else channels_last.refusal(gm, opts.channels_last))
     if why_nhwc is None:
         rewrite = channels_last.to_channels_last(gm)
         log.info("nvfuser_dtensor: %d convolution(s) take channels-last inputs", rewrite.convs)
