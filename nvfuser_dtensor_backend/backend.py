@@ -237,6 +237,7 @@ def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = N
         log.warning("nvfuser_dtensor: DTensor graph takes the local path (per-rank fusions, collectives run "
                     "by PyTorch): %s", reason)
 
+    channels_last.plain_global_avg_pools(gm)
     rewrite = None
     # DTensor graphs on the local path keep their layouts: their shards' strides are the mesh's
     why_nhwc = ("DTensor inputs" if opts.channels_last is not False and has_dtensor(example_inputs)

@@ -18,7 +18,9 @@ strides without any bookkeeping of ours:
 - our regions are built on those strides (Note [Output layout contract], fusion.py): a region
   between two convolutions reads and writes NHWC, and batch norm's statistics become a
   reduction over the outer axes with the channels innermost;
-- weights stay as the user has them (cuDNN converts them, as in eager with an NHWC input).
+- weights stay as the user has them (cuDNN converts them, as in eager with an NHWC input);
+- a global average pool is ATen's mean without its restride (``plain_global_avg_pools``,
+  applied to every graph, channels-last or not).
 Whatever reaches the user keeps the layout eager gives it: every tensor output of the dynamo
 graph that dynamo recorded as contiguous (or channels-last) is made so again, a no-op unless
 its layout changed. That matters beyond looks: the next graph after a graph break was traced,
@@ -104,15 +106,12 @@ class Rewrite:
         self.gm = gm
         self.convs = 0
         self.added: list[fx.Node] = []  # .contiguous() calls, taken out again
-        self.pools: list[tuple[fx.Node, tuple]] = []  # (node, its op, target, args, kwargs)
 
     def undo(self) -> None:
         for node in reversed(self.added):
             node.replace_all_uses_with(node.args[0])
             self.gm.graph.erase_node(node)
-        for node, (op, target, args, kwargs) in self.pools:
-            node.op, node.target, node.args, node.kwargs = op, target, args, kwargs
-        self.added, self.pools = [], []
+        self.added = []
         self.gm.recompile()
 
 
@@ -136,16 +135,30 @@ def _format(v: torch.Tensor):
     return None
 
 
+def plain_global_avg_pools(gm: fx.GraphModule) -> int:
+    """Make each global average pool (``adaptive_avg_pool2d`` of a 4-d value to 1 x 1) of the
+    dynamo graph ``gm`` the ``mean`` ATen computes for it, without the in-place
+    ``as_strided_`` by which ATen gives the result of a channels-last input (ours under
+    ``channels_last``, ConvNeXt's after its permutes) channels-last strides, no different in
+    memory: the restrided dims have size 1. Functionalized, that restride was an
+    ``as_strided`` in the forward and a zero-filled ``as_strided_scatter`` and a copy in the
+    backward. Returns how many pools were rewritten; only their size-1 dims' strides differ
+    from eager's."""
+    count = 0
+    for node in gm.graph.nodes:
+        if _global_avg_pool(node):
+            node.op, node.target = "call_method", "mean"
+            node.args, node.kwargs = (node.args[0], [-1, -2]), {"keepdim": True}
+            count += 1
+    if count:
+        gm.recompile()
+    return count
+
+
 def to_channels_last(gm: fx.GraphModule) -> Rewrite:
     """Wrap each batched conv2d's input of the dynamo graph ``gm`` in
     ``.contiguous(memory_format=torch.channels_last)`` and give the graph's tensor outputs back
-    the memory format dynamo recorded (Note [Channels-last convolutions]).
-
-    A global average pool (``adaptive_avg_pool2d`` to 1 x 1) becomes the ``mean`` ATen computes
-    for it, without the in-place ``as_strided_`` by which ATen gives a channels-last input's
-    result channels-last strides (no different in memory: the restrided dims have size 1).
-    Functionalized, that restride was an ``as_strided`` in the forward and a zero-filled
-    ``as_strided_scatter`` and a copy in the backward."""
+    the memory format dynamo recorded (Note [Channels-last convolutions])."""
     graph = gm.graph
     rewrite = Rewrite(gm)
     for node, x, _ in conv2d_nodes(gm):
@@ -158,11 +171,6 @@ def to_channels_last(gm: fx.GraphModule) -> Rewrite:
         rewrite.convs += 1
     if not rewrite.convs:
         return rewrite
-    for node in graph.nodes:
-        if _global_avg_pool(node):
-            rewrite.pools.append((node, (node.op, node.target, node.args, node.kwargs)))
-            node.op, node.target = "call_method", "mean"
-            node.args, node.kwargs = (node.args[0], [-1, -2]), {"keepdim": True}
     output = next(n for n in reversed(graph.nodes) if n.op == "output")
     restored: dict[fx.Node, fx.Node] = {}  # an output returned twice stays one tensor
 
