@@ -127,3 +127,13 @@ def test_zoo_model_processes_time_one_at_a_time(tmp_path):
     assert len(spans) == 3 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
     with models._timing_turn(""):
         pass
+
+
+def test_host_overhead_splits_a_call(monkeypatch, capsys):
+    from benchmarks import host_overhead
+
+    monkeypatch.setattr("sys.argv", ["host_overhead", "--rows", "4", "--cols", "8", "--iters", "50"])
+    host_overhead.main()
+    text = capsys.readouterr().out
+    assert "1 region(s)" in text
+    assert all(name in text for name in ("regions stubbed", "FusedRegion.forward", "cache key", "dynamo alone"))
