@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .zoo import IMAGES, LM, Entry, _decoder_lm, _gqa, _hf, _vision, _vocab
+from .zoo_builders import IMAGES, LM, Entry, _decoder_lm, _gqa, _hf, _vision, _vocab
 
 
 def _eager_attention(config_cls):

@@ -43,7 +43,6 @@ from torch import fx
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
-CHOICES = (True, False, "auto")
 CONV2D = (torch.conv2d, torch.nn.functional.conv2d)
 
 

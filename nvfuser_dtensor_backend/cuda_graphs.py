@@ -61,7 +61,6 @@ from .cuda_graph_runner import CudaCapture, GraphRunner, is_graph_error, marking
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
-CHOICES = (True, False, "auto", "trees")  # options.cuda_graphs
 
 
 def _symbolic(inputs) -> bool:

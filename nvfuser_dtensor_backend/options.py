@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 FALLBACKS = ("eager", "inductor", "error")
+CUDA_GRAPHS = (True, False, "auto", "trees")
 
 
 def env_flag(name: str, default: bool = False) -> bool:
@@ -116,9 +117,7 @@ class Options:
         for name in ("check_layouts", "verify", "dtensor_runtime"):
             if not isinstance(getattr(opts, name), bool):
                 raise OptionsError(f"{name} must be a bool, got {getattr(opts, name)!r}")
-        from .cuda_graphs import CHOICES
-
-        if opts.cuda_graphs not in CHOICES:
+        if opts.cuda_graphs not in CUDA_GRAPHS:
             raise OptionsError(f"cuda_graphs must be True, False, 'auto' or 'trees', got {opts.cuda_graphs!r}")
         if opts.pad_matmuls not in (True, False, "auto"):
             raise OptionsError(f"pad_matmuls must be True, False or 'auto', got {opts.pad_matmuls!r}")
