@@ -492,6 +492,12 @@ def clamp_max(ctx, a, max):
     return clamp(ctx, a, None, max)
 
 
+@translator(aten.hardtanh.default, check=no_bool_output)
+def hardtanh(ctx, a, min_val=-1.0, max_val=1.0):
+    """ReLU6 is hardtanh(x, 0, 6) (MobileNetV2: 35 in its forward); aten computes it as clamp."""
+    return clamp(ctx, a, min_val, max_val)
+
+
 def _no_layout_change(node: fx.Node) -> str | None:
     kw = node.kwargs
     if kw.get("layout") not in (None, torch.strided):

@@ -618,6 +618,21 @@ def test_clamp_min_max_overloads():
                                                  "aten.clamp_min.Tensor", "aten.clamp_max.Tensor"))
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_hardtanh_and_relu6(dtype):
+    x = _special(dtype) * 4
+
+    def fn(x):
+        return F.hardtanh(x), F.relu6(x), F.hardtanh(x, -0.25, 2.5)
+
+    check_parity(fn, x, expect_ops=["aten.hardtanh.default"])
+
+
+def test_relu6_backward():
+    x = (randn(6, 16) * 4).requires_grad_()
+    check_parity(lambda x: F.relu6(x * 1.5) * x, x, expect_ops=["aten.hardtanh.default"], backward=True)
+
+
 # --- casts and copies -----------------------------------------------------------------
 
 
