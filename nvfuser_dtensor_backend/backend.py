@@ -33,6 +33,7 @@ from .cpu_constants import copy_constants_once
 from .dense_stack import write_stacks_once
 from .early_gather import gather_early
 from .grouped_copies import group_input_copies
+from .zero_size import drop_empty_operands
 from .one_hot_sum import fold_one_hot_sums
 from .padded_rows import reduce_padded_rows, rows_widened
 from .pad_matmul import pad_matmuls
@@ -164,6 +165,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
     if options.pad_matmuls and region_cls is FusedRegion:  # DTensor graphs (the global view) keep theirs
         pad_matmuls(gm, options.pad_matmuls)
     if region_cls is FusedRegion:
+        drop_empty_operands(gm)
         gather_early(gm)
         group_input_copies(gm)
         fold_one_hot_sums(gm)
