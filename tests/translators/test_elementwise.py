@@ -625,7 +625,7 @@ def test_hardtanh_and_relu6(dtype):
     def fn(x):
         return F.hardtanh(x), F.relu6(x), F.hardtanh(x, -0.25, 2.5)
 
-    check_parity(fn, x, expect_ops=["aten.hardtanh.default"])
+    check_parity(fn, x, expect_ops=_ops("aten.hardtanh.default"))
 
 
 def test_relu6_backward():
