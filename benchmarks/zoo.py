@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import torch
 
-# Batch and ZooModel are handed on: callers take them from here.
-from .zoo_builders import IMAGES, LM, SIZES, Batch, Entry, ZooModel, _decoder_lm, _gqa, _hf, _vision, _vocab  # noqa: F401
+from .zoo_builders import IMAGES, LM, SIZES, Entry, ZooModel, _decoder_lm, _gqa, _hf, _vision, _vocab
 
 # --------------------------------------------------------------------------------- HF models
 

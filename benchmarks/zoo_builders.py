@@ -54,7 +54,7 @@ def _vocab(size: str, config_cls) -> int:
 def _hf(config_cls, model_cls, config: dict, size: str, device: str, dtype: torch.dtype, name: str,
         task: str, dropout: bool = False) -> ZooModel:
     s = LM[size]
-    cfg = config_cls(attn_implementation="sdpa", **config)
+    cfg = config_cls(**{"attn_implementation": "sdpa", **config})  # a config may ask for "eager"
     torch.manual_seed(0)
     model = model_cls(cfg).to(device=device, dtype=dtype)
     vocab = cfg.vocab_size

@@ -15,24 +15,13 @@ import torch
 from .zoo_builders import IMAGES, LM, Entry, _decoder_lm, _gqa, _hf, _vision, _vocab
 
 
-def _eager_attention(config_cls):
-    """``config_cls`` asking for HF's eager attention (models without an SDPA path)."""
-    class Eager(config_cls):
-        def __init__(self, **kwargs):
-            kwargs["attn_implementation"] = "eager"
-            super().__init__(**kwargs)
-
-    return Eager
-
-
-def _lm(config_name: str, model_name: str, task: str, make, eager: bool = False):
+def _lm(config_name: str, model_name: str, task: str, make):
     """An HF model whose config ``make(shape, vocab)`` spells the shared LM shape its own way."""
     def build(size, device, dtype, name):
         import transformers
 
         config_cls = getattr(transformers, config_name)
-        built_cls = _eager_attention(config_cls) if eager else config_cls
-        return _hf(built_cls, getattr(transformers, model_name), make(LM[size], _vocab(size, config_cls)),
+        return _hf(config_cls, getattr(transformers, model_name), make(LM[size], _vocab(size, config_cls)),
                    size, device, dtype, name, task)
 
     return build
@@ -43,14 +32,6 @@ def _bert_like(**extra):
     return lambda s, v: dict(vocab_size=v, hidden_size=s["hidden"], num_hidden_layers=s["layers"],
                              num_attention_heads=s["heads"], intermediate_size=s["ffn"], hidden_dropout_prob=0.0,
                              attention_probs_dropout_prob=0.0, max_position_embeddings=max(s["seq"], 128), **extra)
-
-
-def _decoder(**extra):
-    """The Llama-style config keys, for causal LMs built through ``_lm``."""
-    return lambda s, v: dict(vocab_size=v, hidden_size=s["hidden"], intermediate_size=s["ffn"],
-                             num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
-                             max_position_embeddings=max(s["seq"], 128), attention_dropout=0.0, use_cache=False,
-                             **extra)
 
 
 def _no_dropout(model: torch.nn.Module) -> torch.nn.Module:
@@ -93,18 +74,20 @@ def _head_dim(s):
     return dict(num_key_value_heads=s["kv_heads"], head_dim=s["hidden"] // s["heads"])
 
 
+EAGER = dict(attn_implementation="eager")  # models without an SDPA path in transformers 5.25
+
+
 MORE = [
     Entry("gemma", "hf", _decoder_lm("GemmaConfig", "GemmaForCausalLM", _head_dim)),
-    Entry("gemma2", "hf", _lm("Gemma2Config", "Gemma2ForCausalLM", "causal", lambda s, v: _decoder(
-        num_key_value_heads=s["kv_heads"], head_dim=s["hidden"] // s["heads"])(s, v), eager=True),
+    Entry("gemma2", "hf", _decoder_lm("Gemma2Config", "Gemma2ForCausalLM", lambda s: _head_dim(s) | EAGER),
         note="soft-capped logits, sliding window; HF eager attention"),
     Entry("qwen3", "hf", _decoder_lm("Qwen3Config", "Qwen3ForCausalLM", _head_dim), note="q/k norms"),
     Entry("olmo", "hf", _decoder_lm("OlmoConfig", "OlmoForCausalLM"), note="non-parametric layer norm"),
-    Entry("stablelm", "hf", _lm("StableLmConfig", "StableLmForCausalLM", "causal", lambda s, v: _decoder(
-        num_key_value_heads=s["heads"])(s, v)), note="partial rotary, layer norm"),
+    Entry("stablelm", "hf", _decoder_lm("StableLmConfig", "StableLmForCausalLM", lambda s: dict(
+        num_key_value_heads=s["heads"])), note="partial rotary, layer norm"),
     Entry("gpt_neox", "hf", _decoder_lm("GPTNeoXConfig", "GPTNeoXForCausalLM"), note="parallel residual"),
-    Entry("phi3", "hf", _lm("Phi3Config", "Phi3ForCausalLM", "causal", lambda s, v: _decoder(
-        pad_token_id=0, bos_token_id=1, eos_token_id=2)(s, v)), note="fused qkv and gate-up projections"),
+    Entry("phi3", "hf", _decoder_lm("Phi3Config", "Phi3ForCausalLM", lambda s: dict(
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)), note="fused qkv and gate-up projections"),
     Entry("granite", "hf", _decoder_lm("GraniteConfig", "GraniteForCausalLM", _gqa), note="scaled residuals and logits"),
     Entry("mixtral", "hf", _decoder_lm("MixtralConfig", "MixtralForCausalLM", lambda s: dict(
         num_local_experts=4, num_experts_per_tok=2, **_gqa(s))), note="mixture of 4 experts, top 2"),
@@ -122,10 +105,10 @@ MORE = [
         embedding_size=s["hidden"])(s, v))),
     Entry("albert", "hf", _lm("AlbertConfig", "AlbertForMaskedLM", "mlm", _bert_like(embedding_size=32)),
           note="layers share their weights"),
-    Entry("deberta_v2", "hf", _lm("DebertaV2Config", "DebertaV2ForMaskedLM", "mlm", _bert_like(), eager=True),
+    Entry("deberta_v2", "hf", _lm("DebertaV2Config", "DebertaV2ForMaskedLM", "mlm", _bert_like(**EAGER)),
           note="disentangled relative attention; HF eager attention"),
-    Entry("mpnet", "hf", _lm("MPNetConfig", "MPNetForMaskedLM", "mlm", lambda s, v: _bert_like()(s, v) | dict(
-        max_position_embeddings=max(s["seq"], 128) + 2), eager=True), note="relative position buckets"),
+    Entry("mpnet", "hf", _lm("MPNetConfig", "MPNetForMaskedLM", "mlm", lambda s, v: _bert_like(**EAGER)(s, v) | dict(
+        max_position_embeddings=max(s["seq"], 128) + 2)), note="relative position buckets"),
     Entry("efficientnet_b0", "vision", _timm("efficientnet_b0"), note="timm: depthwise convolutions, SiLU, squeeze-excite"),
     Entry("mobilenetv3", "vision", _timm("mobilenetv3_small_100"), note="timm: hard-swish, squeeze-excite"),
     Entry("swin", "vision", _timm("swin_tiny_patch4_window7_224", dict(
