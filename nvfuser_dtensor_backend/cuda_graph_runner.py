@@ -15,10 +15,20 @@ other choice, spend 30-60 us per call on theirs):
   compiles its kernels on a region's first call, which should not happen under capture. The
   warm-up allocates from the graphs' memory pool (while it holds no recording), so the
   recordings reuse what it freed.
-- **Outputs a user keeps are never overwritten.** The forward's outputs that reach the user
-  (AOTAutograd's ``num_forward_returns``) and every output of an inference graph are copied
-  out of the graph's memory after the replay (a loss kept in a list, logits kept for a
-  metric). The rest are handed out as they are and watched: the activations the forward
+- **Outputs a user keeps are never silently overwritten.** Every output of an inference
+  graph, and the forward's outputs that reach the user (AOTAutograd's
+  ``num_forward_returns``) below ``LEND_FROM_BYTES``, are copied out of the graph's memory
+  after the replay (a loss kept in a list, logits kept for a metric). A training forward's
+  larger user outputs (an LM's logits: copying GPT-2's cost 0.8 ms of a 6 ms step on the
+  H200) are *lent*: handed out in the graph's memory, through a storage of their own, which
+  the next replay of that recording revokes, as cudagraph trees do. A revoked tensor, and
+  every view of it, raises an error that says so and how to keep it (``.clone()``) when its
+  data is read; reading it before the next forward (metrics after ``backward``) is fine,
+  and so is a variable that still holds it but is not read. Where the forward's saved
+  activations are still alive (two forwards before a backward) another recording is used,
+  so nothing the backward or the user may still need is revoked (Note [Memory a replay
+  writes] for lent outputs that lie where an earlier recording writes).
+  The rest are handed out as they are and watched: the activations the forward
   saves for its backward, and the backward's gradients (registered as cached tensors, so
   that autograd's AccumulateGrad takes them into ``.grad`` without a copy, as it does in
   eager mode). Before a replay, the watched outputs of the last replay must be dead (no
@@ -63,6 +73,9 @@ AccumulateGrad takes the gradient, the second micro-batch's forward replays), or
 - A warm-up allocates from the pool only while the pool holds no recording. After one, what
   a warm-up hands out could lie where that recording's replays write: the backward warms up
   after the forward recorded when two forwards come before the first backward.
+- A lent output (Note [CUDA graphs of our own]) at risk is revoked when an earlier
+  recording replays, instead of keeping that recording from replaying: it is the user's
+  value of an earlier call, read after a later one, the case a revoked output raises for.
 - AccumulateGrad takes gradients at risk into ``.grad`` (registered as cached tensors) as
   long as they are dead by the next replay of an earlier recording, as in a plain training
   step. The first time one is found alive there (gradient accumulation, ``zero_grad`` after
@@ -96,6 +109,15 @@ MAX_GRAPHS = 16
 # Process-wide counts of the slow path (``nvfuser_dtensor_backend.cuda_graph_stats()``):
 # recordings, calls run uncaptured (warm-ups, past MAX_GRAPHS, capture off), failures.
 STATS = {"recorded": 0, "uncaptured_calls": 0, "failures": 0}
+
+# A training forward's user outputs of at least this many bytes are lent, not copied out
+# (Note [CUDA graphs of our own]); smaller ones (a loss, a metric) cost one small copy.
+LEND_FROM_BYTES = 64 * 1024
+
+REVOKED = ("nvfuser_dtensor: this tensor was returned by a compiled forward replayed as a CUDA graph, "
+           "and a later call of that forward has overwritten it (outputs of {bytes} bytes or more are "
+           "handed out in the graph's memory, not copied). Clone it (.clone()) before calling the model "
+           "again, or compile with options={{'cuda_graphs': False}}.")
 NOT_CAPTURED: dict[str, int] = {}  # why graphs were left uncaptured (cuda_graphs.note_uncaptured)
 
 # Addresses of the outputs recordings hand out as they are (fixed across replays): a graph
@@ -219,13 +241,18 @@ class Ledger:
 
     def clear_for(self, rec: _Recording) -> bool:
         """Whether ``rec`` may replay: no recording made after it has an output at risk alive.
-        A backward's gradients at risk found alive are no longer taken into ``.grad``."""
-        for r in list(self.handed):
-            if r.seq > rec.seq:
-                if not r.risky_free():
-                    r.stop_lending()
-                    return False
-                self.handed.remove(r)
+        A backward's gradients at risk found alive are no longer taken into ``.grad``. If it
+        may, the later recordings' lent outputs at risk are revoked (``rec``'s replay may
+        write over them)."""
+        later = [r for r in self.handed if r.seq > rec.seq]
+        for r in later:
+            if not r.risky_free():
+                r.stop_lending()
+                return False
+        for r in later:
+            if r.lent_risky:
+                r.revoke()
+            self.handed.remove(r)
         return True
 
     def waiting(self) -> bool:
@@ -234,7 +261,7 @@ class Ledger:
         return any(r.lent_once and not r.risky_free() for r in self.handed)
 
     def replayed(self, rec: _Recording) -> None:
-        if rec.risky and rec not in self.handed:
+        if (rec.risky or rec.lent_risky) and rec not in self.handed:
             self.handed.append(rec)
 
 
@@ -250,7 +277,8 @@ class _Recording:
     """One recorded graph: its input buffers, its outputs and how each is handed out."""
 
     __slots__ = ("replay", "copies", "outputs", "cloned", "rebuilt", "watched", "alone", "cached", "key_idx",
-                 "key_ptrs", "extra", "seq", "risky", "risky_alone", "lent_once", "__weakref__")
+                 "key_ptrs", "extra", "seq", "risky", "risky_alone", "lent_once", "lent", "lent_risky",
+                 "handed_out", "__weakref__")
 
     def __init__(self, replay, copies, outputs, cloned, rebuilt, watched):
         self.replay = replay
@@ -270,6 +298,32 @@ class _Recording:
         self.risky: list[int] = []  # positions in ``watched`` of the outputs at risk
         self.risky_alone: list = []
         self.lent_once = False  # its gradients at risk were taken into .grad and then found alive
+        # user outputs lent, not copied: [(output indices on one storage, its address, bytes)]
+        self.lent: list[tuple[list[int], int, int]] = []
+        self.lent_risky = False  # one of them lies where an earlier recording's replay writes
+        self.handed_out: list = []  # the storages the last replay lent them through
+
+    def lend(self, outs: list) -> None:
+        """Puts in ``outs`` the lent outputs, each group on a storage of its own over the
+        graph's memory, which ``revoke`` can make unreadable without touching the graph's."""
+        device = None
+        for indices, address, nbytes in self.lent:
+            first = self.outputs[indices[0]]
+            device = first.device
+            storage = torch._C._construct_storage_from_data_pointer(address, device, nbytes)
+            self.handed_out.append(storage)
+            for i in indices:
+                o = self.outputs[i]
+                outs[i] = torch.empty(0, dtype=o.dtype, device=device).set_(
+                    storage, o.storage_offset(), o.size(), o.stride())
+
+    def revoke(self) -> None:
+        """Makes what the last replay lent raise, with ``REVOKED``, when its data is read."""
+        for storage in self.handed_out:
+            if torch._C._storage_Use_Count(storage._cdata) > 1:  # someone still holds it
+                torch._C._set_storage_data_ptr_access_error_msg(
+                    storage._cdata, REVOKED.format(bytes=LEND_FROM_BYTES))
+        self.handed_out.clear()
 
     def __del__(self) -> None:
         for t, _ in self.watched:
@@ -425,7 +479,9 @@ class GraphRunner:
 
     def _replay(self, rec: _Recording, args: list) -> list:
         for i, buffer, expanded in rec.copies:
-            _copy_into(buffer, args[i], expanded)
+            _copy_into(buffer, args[i], expanded)  # (an input may be what the last replay lent)
+        if rec.handed_out:
+            rec.revoke()
         rec.replay()
         self.ledger.replayed(rec)
         args.clear()  # after the replay is queued: the inputs read in place are alive till then
@@ -434,6 +490,8 @@ class GraphRunner:
             outs[i] = outs[i].clone()
         for group in rec.rebuilt:
             _copy_storage(outs, group)
+        if rec.lent:
+            rec.lend(outs)
         return outs
 
     def _slow(self, args: list) -> Any:
@@ -527,14 +585,19 @@ class GraphRunner:
                 return None
             else:
                 by_storage.setdefault(where, []).append(i)
-        rebuilt = []
+        rebuilt, lent = [], []
         for where, group in by_storage.items():
-            if len(group) == 1 and keys.count(where) == 1 and _plain_copy(outputs[group[0]]):
+            storage = outputs[group[0]].untyped_storage()
+            if self.kind == "forward" and storage.nbytes() >= LEND_FROM_BYTES:
+                lent.append((group, storage.data_ptr(), storage.nbytes()))
+            elif len(group) == 1 and keys.count(where) == 1 and _plain_copy(outputs[group[0]]):
                 cloned.append(group[0])
             else:
                 rebuilt.append(group)
         watched = [(outputs[i], outputs[i].untyped_storage()._cdata) for i in watched_idx]
         rec = _Recording(replay, copies, outputs, cloned, rebuilt, watched)
+        rec.lent = lent
+        rec.lent_risky = any(_overlaps(outputs[group[0]], free) for group, _, _ in lent)
         rec.key_idx, rec.extra = in_place, extra
         rec.seq, self.ledger.made = self.ledger.made, self.ledger.made + 1
         rec.risky = [j for j, (t, _) in enumerate(watched) if _overlaps(t, free)]

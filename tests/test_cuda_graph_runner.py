@@ -14,7 +14,7 @@ import torch
 
 import nvfuser_dtensor_backend as nb
 from nvfuser_dtensor_backend import cuda_graphs
-from nvfuser_dtensor_backend.cuda_graph_runner import MAX_GRAPHS, GraphRunner
+from nvfuser_dtensor_backend.cuda_graph_runner import LEND_FROM_BYTES, MAX_GRAPHS, GraphRunner
 
 from cpu_capture import ReplayByRerun, captured_on_cpu  # noqa: F401 - a fixture
 from helpers import accumulating_steps, compile_fn
@@ -180,6 +180,75 @@ def test_views_of_one_storage_are_copied_out_together():
     torch.testing.assert_close(tail, (x * w)[1:])
 
 
+def test_large_user_outputs_of_a_forward_are_lent_and_revoked_by_its_next_replay():
+    # an LM's logits: handed out in the graph's memory, not copied; a small loss is copied
+    n = LEND_FROM_BYTES // 4  # float32 elements: exactly the threshold
+    runner, _ = _runner(lambda a: [a[1].sum(), a[1] * a[0], (a[1] + a[0]).exp()], escaping=2)
+    w = torch.randn(n)
+    runner([w, torch.randn(n)])  # warm-up
+    kept_losses, xs = [], []
+    for step in range(3):
+        x = torch.randn(n)
+        loss, logits, saved = runner([w, x])
+        rec = runner.last
+        assert logits.data_ptr() == rec.outputs[1].data_ptr()  # the graph's memory
+        assert loss.data_ptr() != rec.outputs[0].data_ptr()  # a copy
+        torch.testing.assert_close(logits, x * w)
+        views = views if step else logits[1:5].t()  # a view of the first replay's logits
+        kept_losses.append(loss)
+        xs.append(x)
+        del saved  # the backward ran: the recording is free, the logits are still held
+    assert runner.count == 1
+    with pytest.raises(RuntimeError, match=r"overwritten it.*\.clone\(\)"):
+        views.sum()  # of logits an earlier replay lent: the next replay revoked them
+    torch.testing.assert_close(logits, xs[-1] * w)  # the last replay's: still readable
+    torch.testing.assert_close(torch.stack(kept_losses), torch.stack([x.sum() for x in xs]))
+
+
+def test_lent_outputs_stay_readable_while_their_forward_is_pending():
+    # two forwards before a backward (the first's saved activations alive): the second call
+    # records again, so the first's lent logits are neither revoked nor overwritten
+    n = LEND_FROM_BYTES // 4
+    runner, _ = _runner(lambda a: [a[1] * a[0], a[1] + a[0]])
+    w = torch.randn(n)
+    runner([w, torch.randn(n)])
+    x1, x2 = torch.randn(n), torch.randn(n)
+    logits1, saved1 = runner([w, x1])
+    logits2, saved2 = runner([w, x2])
+    assert runner.count == 2
+    torch.testing.assert_close(logits1, x1 * w)
+    torch.testing.assert_close(logits2, x2 * w)
+
+
+def test_an_inference_graph_copies_even_large_outputs():
+    n = LEND_FROM_BYTES // 4
+    runner, _ = _runner(lambda a: [a[1] * a[0]], kind="inference", escaping=None)
+    w = torch.randn(n)
+    xs = [torch.randn(n) for _ in range(4)]
+    kept = [runner([w, x])[0] for x in xs]
+    for k, x in zip(kept, xs):
+        torch.testing.assert_close(k, x * w)
+
+
+def test_a_lent_output_at_risk_is_revoked_when_an_earlier_recording_replays(captured_on_cpu):
+    """Under the worst allocator every output of a later recording lies where an earlier
+    one writes: the later recording's lent logits, read after the earlier one replayed,
+    raise instead of holding the earlier replay's garbage."""
+    n = LEND_FROM_BYTES // 4
+    runner, _ = _runner(lambda a: [a[1] * a[0], a[1] + a[0]], capture=ReplayByRerun)
+    w = torch.randn(n)
+    runner([w, torch.randn(n)])
+    logits1, saved1 = runner([w, torch.randn(n)])  # the first recording
+    x2 = torch.randn(n)
+    logits2, saved2 = runner([w, x2])  # a second one (saved1 alive), its memory at risk
+    assert runner.count == 2 and runner.last.lent_risky
+    del saved1, saved2
+    torch.testing.assert_close(logits2, x2 * w)
+    runner([w, torch.randn(n)])  # the first recording replays: logits2 lies where it writes
+    with pytest.raises(RuntimeError, match="overwritten it"):
+        logits2.sum()
+
+
 # --- through the backend, on the CPU --------------------------------------------------------
 
 
@@ -209,6 +278,30 @@ def test_training_steps_match_eager_and_keep_losses(captured_on_cpu, set_to_none
     assert len(recorded) == 2, recorded
     stopped = [r for r in caplog.records if ".grad gets copies of them from now on" in r.getMessage()]
     assert len(stopped) == (1 if set_to_none else 0)
+
+
+def test_a_training_loop_reads_its_lent_logits_until_the_next_forward(captured_on_cpu):
+    """The loop people write: ``out`` holds the last step's logits while the next forward
+    runs; the logits are read after the backward (a metric). Old logits read later raise."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4096))
+    ref = copy.deepcopy(model)
+    compiled = compile_fn(model, cuda_graphs=True)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, ref))
+    first = None
+    for step in range(5):
+        x = torch.randn(8, 16)
+        out = compiled(x)  # [8, 4096] float32: 128 KiB, lent from the recording's memory
+        ref_out = ref(x)
+        for o, m, r in ((out, opt, model), (ref_out, ref_opt, ref)):
+            o.square().mean().backward()
+            m.step()
+            m.zero_grad(set_to_none=True)
+        torch.testing.assert_close(out.argmax(-1), ref_out.argmax(-1))  # after the backward
+        torch.testing.assert_close(out, ref_out.detach(), rtol=1e-5, atol=1e-5)
+        first = out if step == 2 else first  # a replay's (the first two calls are not replays)
+    with pytest.raises(RuntimeError, match="overwritten it"):
+        first.sum()
 
 
 @pytest.mark.parametrize("reused", [False, True])

@@ -241,6 +241,32 @@ def test_kept_gradients_survive_forward_replays_that_reuse_their_memory():
 
 
 @gpu
+def test_lent_logits_are_right_until_the_next_forward_and_then_raise():
+    """A training forward's large user outputs are lent from the graph's memory (Note [CUDA
+    graphs of our own]): right after the backward and in a siamese step (another recording),
+    revoked with a clear error once the next replay of their recording overwrote them."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 4096)).to(DEVICE)
+    ref = __import__("copy").deepcopy(model)
+    compiled = compile_fn(model, cuda_graphs=True)
+    kept = None
+    for step in range(5):
+        x1, x2 = randn(32, 64), randn(32, 64)
+        outs = [(m(x1), m(x2)) for m in (compiled, ref)]  # two forwards before the backward
+        for (a, b) in outs:
+            (a.square().mean() - b.abs().mean()).backward()
+        for got, want in zip(outs[0], outs[1]):
+            torch.testing.assert_close(got, want.detach(), rtol=1e-4, atol=1e-4)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+            p.grad = q.grad = None
+        kept = outs[0][0] if step == 3 else kept
+    torch.cuda.synchronize()
+    with pytest.raises(RuntimeError, match="overwritten it"):
+        kept.sum()
+
+
+@gpu
 def test_free_memory_lists_what_a_capture_may_reuse():
     from nvfuser_dtensor_backend.cuda_graph_runner import CudaCapture
 
