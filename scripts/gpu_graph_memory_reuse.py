@@ -70,6 +70,10 @@ def _run(name, model, make, loss_of, steps, micro, options=None):
         errs = [_rel(p.grad, q.grad) for p, q in zip(model.parameters(), ref_model.parameters())]
         worst = max(worst, max(errs))
         print(f"{name} accumulate step {step}: largest relative gradient difference {max(errs):.2e}", flush=True)
+        if max(errs) >= 1e-3:  # which gradients, and whether they are the graphs' own memory
+            names = [n for n, _ in model.named_parameters()]
+            for e, n in sorted(zip(errs, names), reverse=True)[:4]:
+                print(f"  {n}: {e:.2e}", flush=True)
         for o in opts:
             o.step()
             o.zero_grad(set_to_none=True)
@@ -92,7 +96,13 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--micro", type=int, default=2)
     p.add_argument("--cuda-graphs-on", action="store_true", help="cuda_graphs=True instead of the default")
+    p.add_argument("--lend-from", type=int, default=None,
+                   help="cuda_graph_runner.LEND_FROM_BYTES (a huge value: every user output copied out)")
     args = p.parse_args(argv)
+    if args.lend_from is not None:
+        from nvfuser_dtensor_backend import cuda_graph_runner
+
+        cuda_graph_runner.LEND_FROM_BYTES = args.lend_from
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
