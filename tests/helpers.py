@@ -7,6 +7,7 @@ import subprocess
 import sys
 import warnings
 
+import pytest
 import torch
 
 import nvfuser_dtensor_backend as nb
@@ -164,3 +165,64 @@ def accumulating_steps(compiled, model, ref, make_input, steps: int, set_to_none
             o.step()
             o.zero_grad(set_to_none=set_to_none)
     torch.testing.assert_close(torch.stack(losses), torch.stack(ref_losses), **tol)
+
+
+def _wide_head(device):
+    """An MLP whose output (``[rows, 4096]`` float32, 128 KiB at 8 rows) is lent by a CUDA
+    graph's forward, not copied (cuda_graph_runner.LEND_FROM_BYTES)."""
+    import copy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4096)).to(device)
+    return model, copy.deepcopy(model)
+
+
+def lent_logits_loop(device, make, **tol) -> None:
+    """Training steps whose logits are read after the backward, against eager; the logits of
+    a replayed step must raise ("overwritten it") once later steps replayed."""
+    model, ref = _wide_head(device)
+    compiled = compile_fn(model, cuda_graphs=True)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, ref)]
+    first = None
+    for step in range(5):
+        x = make(8, 16, device=device)
+        out, ref_out = compiled(x), ref(x)  # ``out`` of the last step is alive meanwhile
+        for o, opt in ((out, opts[0]), (ref_out, opts[1])):
+            o.square().mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        torch.testing.assert_close(out, ref_out.detach(), **tol)  # read after the backward
+        first = out if step == 2 else first  # a replay's (the first two calls are not replays)
+    with pytest.raises(RuntimeError, match="overwritten it"):
+        first.sum()
+
+
+def siamese_lent_logits(device, make, **tol) -> None:
+    """Two forwards before each backward, against eager; every step's logits kept: each is
+    right when the step reads it, and later either still right or raising, never changed."""
+    model, ref = _wide_head(device)
+    compiled = compile_fn(model, cuda_graphs=True)
+    kept = []
+    for step in range(6):
+        x1, x2 = make(8, 16, device=device), make(8, 16, device=device)
+        outs = [(m(x1), m(x2)) for m in (compiled, ref)]
+        for a, b in outs:
+            (a.square().mean() - b.abs().mean()).backward()
+        for got, want in zip(outs[0], outs[1]):
+            torch.testing.assert_close(got, want.detach(), **tol)
+            kept.append((got, want.detach().clone()))
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, **tol)
+            p.grad = q.grad = None
+    if device != "cpu":
+        torch.cuda.synchronize()
+    revoked = 0
+    for got, want in kept:
+        try:
+            value = got.clone()
+        except RuntimeError as e:
+            assert "overwritten it" in str(e)
+            revoked += 1
+            continue
+        torch.testing.assert_close(value, want, **tol)
+    assert revoked > 0  # the early steps' recordings replayed since

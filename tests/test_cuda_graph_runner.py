@@ -17,7 +17,7 @@ from nvfuser_dtensor_backend import cuda_graphs
 from nvfuser_dtensor_backend.cuda_graph_runner import LEND_FROM_BYTES, MAX_GRAPHS, GraphRunner
 
 from cpu_capture import ReplayByRerun, captured_on_cpu  # noqa: F401 - a fixture
-from helpers import accumulating_steps, compile_fn
+from helpers import accumulating_steps, compile_fn, lent_logits_loop, siamese_lent_logits
 
 
 class Failing:
@@ -283,25 +283,13 @@ def test_training_steps_match_eager_and_keep_losses(captured_on_cpu, set_to_none
 def test_a_training_loop_reads_its_lent_logits_until_the_next_forward(captured_on_cpu):
     """The loop people write: ``out`` holds the last step's logits while the next forward
     runs; the logits are read after the backward (a metric). Old logits read later raise."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4096))
-    ref = copy.deepcopy(model)
-    compiled = compile_fn(model, cuda_graphs=True)
-    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, ref))
-    first = None
-    for step in range(5):
-        x = torch.randn(8, 16)
-        out = compiled(x)  # [8, 4096] float32: 128 KiB, lent from the recording's memory
-        ref_out = ref(x)
-        for o, m, r in ((out, opt, model), (ref_out, ref_opt, ref)):
-            o.square().mean().backward()
-            m.step()
-            m.zero_grad(set_to_none=True)
-        torch.testing.assert_close(out.argmax(-1), ref_out.argmax(-1))  # after the backward
-        torch.testing.assert_close(out, ref_out.detach(), rtol=1e-5, atol=1e-5)
-        first = out if step == 2 else first  # a replay's (the first two calls are not replays)
-    with pytest.raises(RuntimeError, match="overwritten it"):
-        first.sum()
+    lent_logits_loop("cpu", torch.randn, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reused", [False, True])
+def test_lent_logits_of_a_siamese_step_are_right_or_raise(captured_on_cpu, reused):
+    captured_on_cpu.worst = reused
+    siamese_lent_logits("cpu", torch.randn, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("reused", [False, True])
