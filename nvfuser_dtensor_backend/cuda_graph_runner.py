@@ -92,6 +92,7 @@ tensors, which keeps every rule above (fixed memory, overwritten in place) check
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any, Callable
 
@@ -112,7 +113,7 @@ STATS = {"recorded": 0, "uncaptured_calls": 0, "failures": 0}
 
 # A training forward's user outputs of at least this many bytes are lent, not copied out
 # (Note [CUDA graphs of our own]); smaller ones (a loss, a metric) cost one small copy.
-LEND_FROM_BYTES = 64 * 1024
+LEND_FROM_BYTES = int(os.environ.get("NVFUSER_DTENSOR_LEND_FROM_BYTES", 64 * 1024))  # (for A/B runs)
 
 REVOKED = ("nvfuser_dtensor: this tensor was returned by a compiled forward replayed as a CUDA graph, "
            "and a later call of that forward has overwritten it (outputs of {bytes} bytes or more are "
