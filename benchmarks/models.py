@@ -442,7 +442,8 @@ def main(argv=None) -> list[dict]:
     rows, t_start = [], time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
         if a.jobs > 1 and not a.timed_together:
-            a.timing_lock = str(Path(tmp) / "timing.lock")  # models compile at once, time one at a time
+            # models compile at once, time one at a time (a lock given: shared with another zoo run)
+            a.timing_lock = a.timing_lock or str(Path(tmp) / "timing.lock")
         futures = {pool.submit(run_in_subprocess, a, name): name for name in a.names}
         for i, future in enumerate(concurrent.futures.as_completed(futures)):
             name, new = futures[future], future.result()
