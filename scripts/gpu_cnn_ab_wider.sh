@@ -15,7 +15,7 @@ zoo() {  # NAME MODELS MODES BACKENDS JOBS
     --timing-lock "$out/timing.lock" --out "$out/$1" > "$out/logs/zoo_$1.log" 2>&1
 }
 zoo ab "${AB_MODELS:-resnet18,convnext,efficientnet_b0}" train \
-  inductor,nvfuser_dtensor,nvfuser_dtensor:channels_last 3 &
+  "${AB_BACKENDS:-inductor,nvfuser_dtensor,nvfuser_dtensor:channels_last}" 3 &
 zoo wider "${WIDER_MODELS:-phi3,mixtral,swin,tv_densenet,gemma,qwen3}" train,infer nvfuser_dtensor 6 &
 timeout "$((zt - 20))" python3 -m pytest -q -p no:cacheprovider -rfEs ${GPU_TESTS:-tests/test_cuda_graphs.py \
   tests/test_channels_last.py tests/test_grouped_copies.py tests/test_zero_size.py} > "$out/logs/gpu_tests.log" 2>&1 &
