@@ -76,6 +76,14 @@ AccumulateGrad takes the gradient, the second micro-batch's forward replays), or
 - A lent output (Note [CUDA graphs of our own]) at risk is revoked when an earlier
   recording replays, instead of keeping that recording from replaying: it is the user's
   value of an earlier call, read after a later one, the case a revoked output raises for.
+- Of the recordings for the same inputs, the earliest that may replay is used (also by the
+  per-call check, which tries that one). A step that calls the graph twice before its
+  backward (a siamese loss) then replays the first recording, then the second, step after
+  step: the second's replay never writes where the first's outputs lie (they were held when
+  it recorded). Trying the last used one first made every step's second call find only
+  recordings an alive later one blocks, and record again, up to ``MAX_GRAPHS`` (21
+  recordings in 10 steps on the CPU stand-in under the worst allocator; now 5: two
+  forwards, two backwards, and a backward recorded on the warm-up forward's values).
 - AccumulateGrad takes gradients at risk into ``.grad`` (registered as cached tensors) as
   long as they are dead by the next replay of an earlier recording, as in a plain training
   step. The first time one is found alive there (gradient accumulation, ``zero_grad`` after
@@ -500,9 +508,10 @@ class GraphRunner:
             STATS["uncaptured_calls"] += 1
             return self.compiled(args)
         key = tuple(args[i].data_ptr() for i in self.static)
-        for rec in self.recordings.get(key, ()):
+        recs = self.recordings.get(key, ())
+        for rec in recs:  # the earliest first (Note [Memory a replay writes])
             if all(args[i].data_ptr() == ptr for i, ptr in rec.extra) and rec.free() and self.ledger.clear_for(rec):
-                self.last = rec
+                self.last = recs[0] if recs[0].extra == rec.extra else rec
                 return self._replay(rec, args)
         if self.ledger.waiting():  # gradients taken into .grad lie where this graph would write
             STATS["uncaptured_calls"] += 1
@@ -538,8 +547,9 @@ class GraphRunner:
             return self.compiled(kept)
         rec.set_alone()
         STATS["recorded"] += 1
-        self.recordings.setdefault(key, []).append(rec)
-        self.last = rec
+        recs = self.recordings.setdefault(key, [])
+        recs.append(rec)
+        self.last = recs[0] if recs[0].extra == rec.extra else rec  # the earliest first, as above
         log.info("nvfuser_dtensor: the %s graph is recorded as CUDA graph %d (%d inputs in place, %d copied)",
                  self.kind, self.count, len(rec.key_idx), len(rec.copies))
         return self._replay(rec, kept)
