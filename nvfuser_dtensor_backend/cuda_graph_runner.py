@@ -124,8 +124,8 @@ STATS = {"recorded": 0, "uncaptured_calls": 0, "failures": 0}
 LEND_FROM_BYTES = int(os.environ.get("NVFUSER_DTENSOR_LEND_FROM_BYTES", 64 * 1024))  # (for A/B runs)
 
 REVOKED = ("nvfuser_dtensor: this tensor was returned by a compiled forward replayed as a CUDA graph, "
-           "and a later call of that forward has overwritten it (outputs of {bytes} bytes or more are "
-           "handed out in the graph's memory, not copied). Clone it (.clone()) before calling the model "
+           "and a later call of that forward has overwritten it, or its graph was freed (outputs of {bytes} "
+           "bytes or more are handed out in the graph's memory, not copied). Clone it (.clone()) before calling the model "
            "again, or compile with options={{'cuda_graphs': False}}.")
 NOT_CAPTURED: dict[str, int] = {}  # why graphs were left uncaptured (cuda_graphs.note_uncaptured)
 
@@ -315,10 +315,8 @@ class _Recording:
     def lend(self, outs: list) -> None:
         """Puts in ``outs`` the lent outputs, each group on a storage of its own over the
         graph's memory, which ``revoke`` can make unreadable without touching the graph's."""
-        device = None
         for indices, address, nbytes in self.lent:
-            first = self.outputs[indices[0]]
-            device = first.device
+            device = self.outputs[indices[0]].device
             storage = torch._C._construct_storage_from_data_pointer(address, device, nbytes)
             self.handed_out.append(storage)
             for i in indices:
@@ -335,6 +333,8 @@ class _Recording:
         self.handed_out.clear()
 
     def __del__(self) -> None:
+        if self.handed_out:  # their memory goes back to the pool with ``outputs``
+            self.revoke()
         for t, _ in self.watched:
             ptr = t.data_ptr()
             if _MADE.get(ptr, 0) > 1:

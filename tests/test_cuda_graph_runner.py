@@ -205,6 +205,21 @@ def test_large_user_outputs_of_a_forward_are_lent_and_revoked_by_its_next_replay
     torch.testing.assert_close(torch.stack(kept_losses), torch.stack([x.sum() for x in xs]))
 
 
+def test_lent_outputs_are_revoked_when_their_recording_dies():
+    # the graph's memory goes back to its pool: a lent output kept must not read it
+    import gc
+
+    n = LEND_FROM_BYTES // 4
+    runner, _ = _runner(lambda a: [a[1] * a[0], a[1] + a[0]])
+    w = torch.randn(n)
+    for _ in range(2):
+        logits, saved = runner([w, torch.randn(n)])
+    del runner, saved
+    gc.collect()
+    with pytest.raises(RuntimeError, match="overwritten it"):
+        logits.sum()
+
+
 def test_lent_outputs_stay_readable_while_their_forward_is_pending():
     # two forwards before a backward (the first's saved activations alive): the second call
     # records again, so the first's lent logits are neither revoked nor overwritten
