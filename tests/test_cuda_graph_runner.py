@@ -592,3 +592,32 @@ def test_hf_models_accumulate_gradients_right_under_the_worst_allocator(captured
     # the second micro-batch of the first step whose gradients went into .grad; then replays
     # (GPT-2 is two graphs, its loss after a graph break: one pool makes it wait for both)
     assert nb.cuda_graph_stats()["uncaptured_calls"] <= (4 if pools and name == "gpt2" else 2)
+
+
+def test_hf_lm_logits_are_lent_and_right_after_the_backward(captured_on_cpu):
+    """Tiny GPT-2 (its logits lent, Note [CUDA graphs of our own]): the loop people write,
+    ``out`` alive while the next forward runs and its logits read after the backward, matches
+    ``cuda_graphs=False``; logits read a step later raise, where copies would have kept an
+    old value."""
+    from benchmarks import zoo
+
+    zm = zoo.build("gpt2", "tiny", "cpu", torch.float32)
+    model, ref = zm.model, copy.deepcopy(zm.model)
+    graphs = compile_fn(model, cuda_graphs=True)
+    plain = torch.compile(ref, backend="nvfuser_dtensor", options={"cuda_graphs": False}, dynamic=False)
+    opts = [torch.optim.SGD(m.parameters(), lr=1e-2) for m in (model, ref)]
+    old = None
+    for step in range(5):
+        batch = zm.make_inputs(step)
+        outs = []
+        for m, opt in ((graphs, opts[0]), (plain, opts[1])):
+            out = m(**batch.kwargs)
+            zm.loss_fn(out, batch).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            outs.append(out)
+        assert outs[0].logits.numel() * 4 >= LEND_FROM_BYTES  # large enough to be lent
+        torch.testing.assert_close(outs[0].logits, outs[1].logits.detach(), rtol=1e-5, atol=1e-5)
+        old = outs[0].logits if step == 2 else old
+    with pytest.raises(RuntimeError, match="overwritten it"):
+        old.argmax(-1)
