@@ -19,8 +19,8 @@ other choice, spend 30-60 us per call on theirs):
   graph, and the forward's outputs that reach the user (AOTAutograd's
   ``num_forward_returns``) below ``LEND_FROM_BYTES``, are copied out of the graph's memory
   after the replay (a loss kept in a list, logits kept for a metric). A training forward's
-  larger user outputs (an LM's logits: copying GPT-2's cost 0.8 ms of a 6 ms step on the
-  H200) are *lent*: handed out in the graph's memory, through a storage of their own, which
+  larger user outputs (an LM's logits: GPT-2's copy was 412 MB a step; its kernels took
+  5.69 ms a step with the copy and 5.53 ms without on the H200) are *lent*: handed out in the graph's memory, through a storage of their own, which
   the next replay of that recording revokes, as cudagraph trees do. A revoked tensor, and
   every view of it, raises an error that says so and how to keep it (``.clone()``) when its
   data is read; reading it before the next forward (metrics after ``backward``) is fine,
