@@ -303,7 +303,7 @@ def test_a_training_loop_reads_its_lent_logits_until_the_next_forward(captured_o
 
 
 @pytest.mark.parametrize("reused", [False, True])
-def test_lent_logits_of_a_siamese_step_are_right_or_raise(captured_on_cpu, reused):
+def test_lent_logits_of_a_siamese_step_are_right_or_raise(captured_on_cpu, pools, reused):
     captured_on_cpu.worst = reused
     siamese_lent_logits("cpu", torch.randn, rtol=1e-5, atol=1e-5)
 
@@ -594,7 +594,7 @@ def test_hf_models_accumulate_gradients_right_under_the_worst_allocator(captured
     assert nb.cuda_graph_stats()["uncaptured_calls"] <= (4 if pools and name == "gpt2" else 2)
 
 
-def test_hf_lm_logits_are_lent_and_right_after_the_backward(captured_on_cpu):
+def test_hf_lm_logits_are_lent_and_right_after_the_backward(captured_on_cpu, pools):
     """Tiny GPT-2 (its logits lent, Note [CUDA graphs of our own]): the loop people write,
     ``out`` alive while the next forward runs and its logits read after the backward, matches
     ``cuda_graphs=False``; logits read a step later raise, where copies would have kept an
