@@ -279,6 +279,11 @@ class GraphRunner:
             return self._replay(last, args)
         return self._slow(args)
 
+    def _try_first(self, recs: list[Recording], rec: Recording) -> None:
+        """The recording the next call's per-call check tries: the earliest one for the
+        inputs ``rec`` was used with (Note [Memory a replay writes])."""
+        self.last = recs[0] if recs[0].extra == rec.extra else rec
+
     def _replay(self, rec: Recording, args: list) -> list:
         for i, buffer, expanded in rec.copies:
             _copy_into(buffer, args[i], expanded)  # (an input may be what the last replay lent)
@@ -304,7 +309,7 @@ class GraphRunner:
         recs = self.recordings.get(key, ())
         for rec in recs:  # the earliest first (Note [Memory a replay writes])
             if all(args[i].data_ptr() == ptr for i, ptr in rec.extra) and rec.free() and self.ledger.clear_for(rec):
-                self.last = recs[0] if recs[0].extra == rec.extra else rec
+                self._try_first(recs, rec)
                 return self._replay(rec, args)
         if self.ledger.waiting():  # gradients taken into .grad lie where this graph would write
             STATS["uncaptured_calls"] += 1
@@ -342,7 +347,7 @@ class GraphRunner:
         STATS["recorded"] += 1
         recs = self.recordings.setdefault(key, [])
         recs.append(rec)
-        self.last = recs[0] if recs[0].extra == rec.extra else rec  # the earliest first, as above
+        self._try_first(recs, rec)
         log.info("nvfuser_dtensor: the %s graph is recorded as CUDA graph %d (%d inputs in place, %d copied)",
                  self.kind, self.count, len(rec.key_idx), len(rec.copies))
         return self._replay(rec, kept)

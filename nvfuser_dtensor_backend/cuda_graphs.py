@@ -62,7 +62,6 @@ from .cuda_graph_runner import CudaCapture, GraphRunner, is_graph_error, marking
 log = logging.getLogger("nvfuser_dtensor_backend")
 
 
-
 def _symbolic(inputs) -> bool:
     return any(isinstance(s, torch.SymInt) for a in inputs if isinstance(a, torch.Tensor) for s in a.shape)
 

@@ -186,7 +186,7 @@ def test_large_user_outputs_of_a_forward_are_lent_and_revoked_by_its_next_replay
     runner, _ = _runner(lambda a: [a[1].sum(), a[1] * a[0], (a[1] + a[0]).exp()], escaping=2)
     w = torch.randn(n)
     runner([w, torch.randn(n)])  # warm-up
-    kept_losses, xs = [], []
+    kept_losses, xs, first_view = [], [], None
     for step in range(3):
         x = torch.randn(n)
         loss, logits, saved = runner([w, x])
@@ -194,13 +194,14 @@ def test_large_user_outputs_of_a_forward_are_lent_and_revoked_by_its_next_replay
         assert logits.data_ptr() == rec.outputs[1].data_ptr()  # the graph's memory
         assert loss.data_ptr() != rec.outputs[0].data_ptr()  # a copy
         torch.testing.assert_close(logits, x * w)
-        views = views if step else logits[1:5].t()  # a view of the first replay's logits
+        if step == 0:
+            first_view = logits[1:5]  # a view of the first replay's logits
         kept_losses.append(loss)
         xs.append(x)
         del saved  # the backward ran: the recording is free, the logits are still held
     assert runner.count == 1
     with pytest.raises(RuntimeError, match=r"overwritten it.*\.clone\(\)"):
-        views.sum()  # of logits an earlier replay lent: the next replay revoked them
+        first_view.sum()  # of logits an earlier replay lent: the next replay revoked them
     torch.testing.assert_close(logits, xs[-1] * w)  # the last replay's: still readable
     torch.testing.assert_close(torch.stack(kept_losses), torch.stack([x.sum() for x in xs]))
 
@@ -314,7 +315,7 @@ def test_a_siamese_training_loop_replays_two_recordings_step_after_step(captured
     recording, the second the next one (Note [Memory a replay writes]); trying the last one
     used first recorded again in every step under the worst allocator, up to MAX_GRAPHS."""
     captured_on_cpu.worst = reused
-    model, ref = torch.nn.Linear(16, 32), None
+    model = torch.nn.Linear(16, 32)
     ref = copy.deepcopy(model)
     compiled = compile_fn(model, cuda_graphs=True)
     nb.cuda_graph_stats(clear=True)
@@ -563,13 +564,9 @@ def test_an_input_in_padded_rows_keeps_its_padding_in_the_buffer():
     assert all(seen), seen  # a view every time: the warm-up's input and the graph's buffer
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2"])
-def test_hf_models_accumulate_gradients_right_under_the_worst_allocator(captured_on_cpu, pools, name):
-    """Hugging Face models (tiny configs) trained with gradient accumulation and ``.grad`` set
-    to None, with CUDA graphs on (replayed by rerun, every later recording's outputs
-    overwritten by a replay), against the same model with ``cuda_graphs=False``. On the H200
-    this pattern gave wrong gradients (Note [Memory a replay writes]); after the first
-    optimizer step every call replays."""
+def _hf_with_and_without_graphs(name: str):
+    """A tiny zoo model compiled with CUDA graphs (replayed by the CPU stand-in) and a copy
+    compiled without, with an SGD optimizer each."""
     from benchmarks import zoo
 
     zm = zoo.build(name, "tiny", "cpu", torch.float32)
@@ -577,6 +574,17 @@ def test_hf_models_accumulate_gradients_right_under_the_worst_allocator(captured
     graphs = compile_fn(model, cuda_graphs=True)
     plain = torch.compile(ref, backend="nvfuser_dtensor", options={"cuda_graphs": False}, dynamic=False)
     opts = [torch.optim.SGD(m.parameters(), lr=1e-2) for m in (model, ref)]
+    return zm, model, ref, graphs, plain, opts
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_hf_models_accumulate_gradients_right_under_the_worst_allocator(captured_on_cpu, pools, name):
+    """Hugging Face models (tiny configs) trained with gradient accumulation and ``.grad`` set
+    to None, with CUDA graphs on (replayed by rerun, every later recording's outputs
+    overwritten by a replay), against the same model with ``cuda_graphs=False``. On the H200
+    this pattern gave wrong gradients (Note [Memory a replay writes]); after the first
+    optimizer step every call replays."""
+    zm, model, ref, graphs, plain, opts = _hf_with_and_without_graphs(name)
     for step in range(4):
         if step == 1:
             nb.cuda_graph_stats(clear=True)
@@ -599,13 +607,7 @@ def test_hf_lm_logits_are_lent_and_right_after_the_backward(captured_on_cpu, poo
     ``out`` alive while the next forward runs and its logits read after the backward, matches
     ``cuda_graphs=False``; logits read a step later raise, where copies would have kept an
     old value."""
-    from benchmarks import zoo
-
-    zm = zoo.build("gpt2", "tiny", "cpu", torch.float32)
-    model, ref = zm.model, copy.deepcopy(zm.model)
-    graphs = compile_fn(model, cuda_graphs=True)
-    plain = torch.compile(ref, backend="nvfuser_dtensor", options={"cuda_graphs": False}, dynamic=False)
-    opts = [torch.optim.SGD(m.parameters(), lr=1e-2) for m in (model, ref)]
+    zm, model, ref, graphs, plain, opts = _hf_with_and_without_graphs("gpt2")
     old = None
     for step in range(5):
         batch = zm.make_inputs(step)
