@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -11,7 +12,6 @@ from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .options import env_flag
 from .registry import Translator, Unsupported, lookup, op_name
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -71,18 +71,24 @@ def _graph_on_cuda(gm: fx.GraphModule) -> bool:
 
 aten = torch.ops.aten
 
-# A/B switch (not a user setting, read at import): count constant_pad_nd as compute, so that
-# a region of only a pad (GPT-2's backward pads the logits' gradient for the aligned GEMMs,
-# Note [Padded matmuls]) is one nvFuser kernel instead of PyTorch's fill and strided copy
-# (0.12 + 0.48 ms on the H200, benchmarks/results/issue13_goals.md). Not yet measured.
-PAD_KERNELS = env_flag("NVFUSER_DTENSOR_PAD_KERNELS")
+# A/B switch (not a user setting, read at import): NVFUSER_DTENSOR_MOVE_KERNELS names data
+# movement ops (``constant_pad_nd``, ``cat``) counted as compute, so that a region made only of
+# them is one nvFuser kernel instead of PyTorch's copies. Candidates on the H200:
+# - GPT-2's backward pads the logits' gradient for the aligned GEMMs (Note [Padded matmuls]):
+#   PyTorch's fill and strided copy, 0.12 + 0.48 ms (benchmarks/results/issue13_goals.md); a
+#   lone nvFuser pad took 0.97 ms there in session 11 (h200_profiles_switches);
+# - ViT-S/16's backward stacks the q, k and v gradients, permutes and copies them for the qkv
+#   GEMM: 0.36 ms of ``CatArrayBatchedCopy`` and 0.29 ms of copies, against inductor's one
+#   0.08 ms kernel (h200_profiles_vit).
+MOVE_KERNELS = frozenset(getattr(aten, name).default for name in
+                         filter(None, os.environ.get("NVFUSER_DTENSOR_MOVE_KERNELS", "").split(",")))
 
 
 def _compute_nodes(nodes) -> int:
     count = 0
     for n in nodes:
         entry = lookup(n)
-        if isinstance(entry, Translator) and (entry.compute or (PAD_KERNELS and n.target is aten.constant_pad_nd.default)):
+        if isinstance(entry, Translator) and (entry.compute or n.target in MOVE_KERNELS):
             count += 1
     return count
 
