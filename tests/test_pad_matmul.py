@@ -7,7 +7,7 @@ import nvfuser_dtensor_backend.backend as backend
 from nvfuser_dtensor_backend.options import Options, OptionsError
 from nvfuser_dtensor_backend.pad_matmul import pad_matmuls
 
-from helpers import check_parity, last_line_with_env, randn
+from helpers import check_parity, randn
 
 HALF = [torch.bfloat16, torch.float16]
 
