@@ -17,6 +17,7 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -84,9 +85,19 @@ def build(name: str, size: str, device, dtype):
                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         model = tf.GPT2LMHeadModel(cfg)
     else:
-        raise SystemExit(f"unknown model {name}")
+        return _zoo_model(name, size, device, dtype)
     ids = torch.randint(0, vocab, (b, s), generator=g)
     return model.to(device, dtype), {"input_ids": ids.to(device), "labels": ids.to(device)}, lambda m, kw: m(**kw).loss
+
+
+def _zoo_model(name: str, size: str, device, dtype):
+    """Any other model of the zoo or the wider zoo (benchmarks/zoo.py), with its batch and loss."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks import zoo
+
+    zm = zoo.build(name, size, device, dtype)
+    batch = zm.make_inputs(0)
+    return zm.model, batch, lambda m, b: zm.loss_fn(m(**b.kwargs), b)
 
 
 def _print_fx_frames(tb) -> None:

@@ -43,8 +43,8 @@ def _mlp(device):
     return model, batch, lambda m, x: m(x).square().mean()
 
 
-def _zoo(name, size, device):
-    zm = zoo.build(name, size, device, torch.float32)
+def _zoo(name, size, device, dtype=torch.float32):
+    zm = zoo.build(name, size, device, dtype)
     return zm.model, zm.make_inputs, lambda m, b: zm.loss_fn(m(**b.kwargs), b)
 
 
@@ -77,6 +77,10 @@ def _run(name, model, make, loss_of, steps, micro, options=None):
             b = make(step * micro + k)
             for m in (graphs, plain):
                 loss_of(m, b).backward()
+        for arm, m in (("graphs", model), ("cuda_graphs=False", ref_model)):
+            bad = [n for n, q in m.named_parameters() if q.grad is not None and not q.grad.isfinite().all()]
+            if bad:
+                print(f"  {arm}: {len(bad)} gradients not finite, e.g. {bad[:4]}", flush=True)
         floor = _floor(q.grad for q in ref_model.parameters())
         errs = [_rel(p.grad, q.grad, floor) for p, q in zip(model.parameters(), ref_model.parameters())]
         worst = max(worst, max(errs))
@@ -106,6 +110,7 @@ def main(argv=None) -> int:
     p.add_argument("--size", default="tiny", choices=("tiny", "real"))
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--micro", type=int, default=2)
+    p.add_argument("--dtype", default="float32", help="of the zoo models (the zoo's own runs: bfloat16)")
     p.add_argument("--cuda-graphs-on", action="store_true", help="cuda_graphs=True instead of the default")
     p.add_argument("--lend-from", type=int, default=None,
                    help="cuda_graph_runner.LEND_FROM_BYTES (a huge value: every user output copied out)")
@@ -119,7 +124,7 @@ def main(argv=None) -> int:
     torch.backends.cudnn.allow_tf32 = False
     ok = True
     for name in args.models.split(","):
-        model, make, loss_of = _mlp(device) if name == "mlp" else _zoo(name, args.size, device)
+        model, make, loss_of = _mlp(device) if name == "mlp" else _zoo(name, args.size, device, getattr(torch, args.dtype))
         ok &= _run(name, model, make, loss_of, args.steps, args.micro,
                    {"cuda_graphs": True} if args.cuda_graphs_on else None)
     return 0 if ok else 1
