@@ -5,13 +5,20 @@
 # the top kernels of GPT-2's training step (REGION_ERRORS="gpt2 roberta": the whole nvFuser
 # errors of those models' fallback regions, scripts/gpu_region_errors.py; DIAG="bart": step times
 # and what is captured; ZOO_MODELS, ZOO_MODES, ZOO_JOBS, ZOO_BACKENDS narrow the zoo; OVERHEAD_TIMEOUT=0
-# skips the call overhead, TOP_KERNELS=0 GPT-2's top kernels); everything in $OUT/all.tgz plus printed tables.
+# skips the call overhead, TOP_KERNELS=0 GPT-2's top kernels; ARM_MODELS, ARM_ENV and ARM_BACKENDS: an A/B
+# arm of training steps beside the zoo, e.g. ARM_MODELS=vit_s16 ARM_ENV=NVFUSER_DTENSOR_MOVE_KERNELS=cat);
+# everything in $OUT/all.tgz plus printed tables.
 out="${OUT:-/tmp/gpu-zoo-own}"; w="$out/work"
 source scripts/gpu_prelude.sh "$w/logs"
 zt="${ZOO_TIMEOUT:-430}"
 timeout "$zt" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real --jobs "${ZOO_JOBS:-13}" --models "${ZOO_MODELS:-}" --modes "${ZOO_MODES:-train,infer}" \
   --timeout-s "$((zt - 15))" --warmup 3 --iters 10 --backends "${ZOO_BACKENDS:-inductor,inductor:reduce-overhead,nvfuser_dtensor}" \
-  --out "$w/h200_models" > "$w/logs/zoo.log" 2>&1 &
+  --timing-lock "$w/timing.lock" --out "$w/h200_models" > "$w/logs/zoo.log" 2>&1 &
+if [ -n "${ARM_MODELS:-}" ]; then  # an A/B arm beside the zoo (ARM_ENV: its switch), on the same timing lock
+  env ${ARM_ENV:-} timeout "$zt" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real --jobs 2 \
+    --models "$ARM_MODELS" --modes train --timeout-s "$((zt - 15))" --warmup 3 --iters 10 \
+    --backends "${ARM_BACKENDS:-nvfuser_dtensor}" --timing-lock "$w/timing.lock" --out "$w/arm" > "$w/logs/zoo_arm.log" 2>&1 &
+fi
 timeout 400 python3 -m pytest -q -p no:cacheprovider -rfEs ${GPU_TESTS:-tests/test_cuda_graphs.py tests/test_cuda_graph_runner.py \
   tests/test_gpu_layouts.py tests/translators/test_shape.py tests/test_pad_matmul.py \
   tests/distributed/test_tensor_parallel.py} > "$w/logs/gpu_tests.log" 2>&1 &
@@ -29,6 +36,7 @@ tar -czf "$out/all.tgz" -C "$w" .
 echo "== GPU tests"; grep -E "^(FAILED|ERROR)|passed|failed" "$w/logs/gpu_tests.log" | tail -12
 echo "== zoo"; grep -E "^- nvfuser" "$w/h200_models/summary.md"; python3 scripts/zoo_table.py "$w/h200_models/results.json"
 grep -E "^\| [a-z]" "$w/h200_models/summary.md" | grep -v "| ok |" | cut -c1-400
+[ -n "${ARM_MODELS:-}" ] && { echo "== arm: ${ARM_ENV:-} ${ARM_BACKENDS:-nvfuser_dtensor}"; python3 scripts/zoo_table.py "$w/arm/results.json" | grep -E "^\| "; }
 python3 - "$w/h200_models/results.json" <<'PY'
 import json, sys
 for r in json.load(open(sys.argv[1]))["rows"]:
