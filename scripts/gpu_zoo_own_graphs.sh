@@ -7,7 +7,9 @@
 # and what is captured; ZOO_MODELS, ZOO_MODES, ZOO_JOBS, ZOO_BACKENDS narrow the zoo; OVERHEAD_TIMEOUT=0
 # skips the call overhead, TOP_KERNELS=0 GPT-2's top kernels; ARM_MODELS, ARM_ENV and ARM_BACKENDS: an A/B
 # arm of training steps beside the zoo, e.g. ARM_MODELS=vit_s16 ARM_ENV=NVFUSER_DTENSOR_MOVE_KERNELS=cat);
-# everything in $OUT/all.tgz plus printed tables.
+# FAULT_PROBES (models) with FAULT_OPTIONS (JSON): scripts/gpu_fault_probe.py traced, each in its own
+# process; REUSE_MODELS: scripts/gpu_graph_memory_reuse.py in bf16; GPU_TESTS (default: every GPU test,
+# scripts/gpu_tests.txt); everything in $OUT/all.tgz plus printed tables.
 out="${OUT:-/tmp/gpu-zoo-own}"; w="$out/work"
 source scripts/gpu_prelude.sh "$w/logs"
 zt="${ZOO_TIMEOUT:-430}"
@@ -19,9 +21,16 @@ if [ -n "${ARM_MODELS:-}" ]; then  # an A/B arm beside the zoo (ARM_ENV: its swi
     --models "$ARM_MODELS" --modes train --timeout-s "$((zt - 15))" --warmup 3 --iters 10 \
     --backends "${ARM_BACKENDS:-nvfuser_dtensor}" --timing-lock "$w/timing.lock" --out "$w/arm" > "$w/logs/zoo_arm.log" 2>&1 &
 fi
-timeout 400 python3 -m pytest -q -p no:cacheprovider -rfEs ${GPU_TESTS:-tests/test_cuda_graphs.py tests/test_cuda_graph_runner.py \
-  tests/test_gpu_layouts.py tests/translators/test_shape.py tests/test_pad_matmul.py \
-  tests/distributed/test_tensor_parallel.py} > "$w/logs/gpu_tests.log" 2>&1 &
+timeout 400 python3 -m pytest -q -p no:cacheprovider -rfEs ${GPU_TESTS:-$(cat scripts/gpu_tests.txt)} > "$w/logs/gpu_tests.log" 2>&1 &
+fo="${FAULT_OPTIONS:-}"; [ -n "$fo" ] || fo='{}'
+for m in ${FAULT_PROBES:-}; do  # one training step per region call, synchronized and printed: a fault's region
+  CUDA_LAUNCH_BLOCKING=1 NVFUSER_DTENSOR_TRACE=1 timeout 240 python3 scripts/gpu_fault_probe.py "$m" --steps 3 \
+    --options "$fo" 2>&1 | grep -vE "Warning|warn\(" | tail -300 > "$w/logs/fault_$m.log" &
+done
+for m in ${REUSE_MODELS:-}; do  # gradient accumulation and kept gradients, CUDA graphs against none
+  timeout 240 python3 scripts/gpu_graph_memory_reuse.py --models "$m" --size real --dtype bfloat16 --steps 2 \
+    > "$w/logs/reuse_$m.log" 2>&1 &
+done
 for m in ${REGION_ERRORS:-}; do  # whole nvFuser errors of the regions that fall back, definitions dumped
   NVFUSER_DISABLE=parallel_compile timeout 300 python3 scripts/gpu_region_errors.py "$m" --dump "$w/dumps/$m" > "$w/logs/region_errors_$m.log" 2>&1 &
 done
@@ -46,6 +55,8 @@ PY
 for m in ${REGION_ERRORS:-}; do echo "== region errors $m"; grep -vE "Warning|warn\(" "$w/logs/region_errors_$m.log" | cut -c1-400 | head -60; done
 for m in ${DIAG:-}; do echo "== diag $m"; grep -E "Graph Break Reason" "$w/logs/diag_$m.log" | sort | uniq -c | cut -c1-300 | head -5
   grep -E "^step|^compiled|^cuda_graph_stats|^memory|without CUDA|uncaptured" "$w/logs/diag_$m.log" | cut -c1-300 | head -40; done
+for m in ${FAULT_PROBES:-}; do echo "== fault probe $m ${FAULT_OPTIONS:-}"; tail -30 "$w/logs/fault_$m.log" | cut -c1-400; done
+for m in ${REUSE_MODELS:-}; do echo "== reuse $m (bf16)"; grep -vE "Warning|warn\(" "$w/logs/reuse_$m.log" | tail -20 | cut -c1-400; done
 echo "== call overhead"; grep -E "us/call" "$w/logs/call_overhead.log"
 echo "== top kernels, GPT-2 train"; cut -c1-170 "$w/logs/top_gpt2.log" | grep -vE "Warning|warn" | tail -45
 rm -rf "$w"
