@@ -21,6 +21,13 @@ operand), sliced back to its shape:
   of a 6.3 ms step (benchmarks/results/h200_profiles_regions); the views hand the user
   strided logits, as inductor's padded matmuls do, and our CUDA graphs copy them out whole.
   One sliced along M only is dense as it is;
+- a bias over the columns added to a product sliced along N, through views that keep its
+  columns (BART's and Marian's ``lm_head(x) + final_logits_bias``), is added by the padded
+  product itself (``addmm``, the bias padded with zeros): the sum is then a view of padded
+  rows too, and the loss's reductions read them (Note [Reductions over padded rows]).
+  Without it the add wrote the logits dense, in rows of an odd 50265 elements that no
+  kernel after it could vectorize. cuBLAS rounds the product and the bias once, where aten
+  rounded the product, then the sum;
 - an operand that is a transpose (``t``/``permute``) of a value is padded before the
   transpose, and every pad of a value is made once per graph: the LM head's output
   gradient feeds both the input and the weight gradients, and is padded once;
@@ -115,6 +122,33 @@ def _dims(node: fx.Node):
     return a, b, bias, m, k, n, m_leads
 
 
+_RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def _column_bias(node: fx.Node, n: int) -> tuple[fx.Node, fx.Node, fx.Node] | None:
+    """(the add, the bias, the last view before the add) when the product ``node`` (``n``
+    columns) goes only through reshapes that keep its columns into one ``add`` of a bias of
+    ``n`` elements over the columns, else None (Note [Padded matmuls])."""
+    last = node
+    while len(last.users) == 1:
+        user = next(iter(last.users))
+        if user.op != "call_function" or user.target not in _RESHAPES or _val(user).shape[-1] != n:
+            break
+        last = user
+    if len(last.users) != 1:
+        return None
+    add = next(iter(last.users))
+    if add.op != "call_function" or add.target is not aten.add.Tensor or add.kwargs or len(add.args) != 2:
+        return None
+    bias = add.args[1] if add.args[0] is last else add.args[0]
+    vb, vadd = _val(bias), _val(add)
+    if (bias is last or not isinstance(bias, fx.Node) or not isinstance(vb, torch.Tensor) or not _static(vb)
+            or vb.dtype != _val(node).dtype or vb.numel() != n or vb.shape[-1] != n
+            or tuple(vadd.shape) != tuple(_val(last).shape) or vadd.dtype != vb.dtype):
+        return None
+    return add, bias, last
+
+
 def _restrided_views(node: fx.Node, value, fake_mode) -> dict | None:
     """The values of the view ops under ``node`` (transitively) once ``node``'s value is
     ``value`` (a strided slice), or None if one of them cannot view it."""
@@ -132,6 +166,20 @@ def _restrided_views(node: fx.Node, value, fake_mode) -> dict | None:
             todo.append(user)
     del values[node]
     return values
+
+
+def _restride_users(graph: fx.Graph, rw: "_Rewriter", add: fx.Node, last: fx.Node) -> None:
+    """``add``'s users take ``last`` (a view of the padded, biased product) instead, or a dense
+    copy of it where a view after it needs the layout aten recorded."""
+    views = _restrided_views(add, _val(last), rw.fake_mode)
+    if views is None:
+        with graph.inserting_after(last):
+            last = rw.call(aten.clone.default, [last], {"memory_format": torch.contiguous_format})
+    else:
+        for view, value in views.items():
+            view.meta["val"] = value
+    add.replace_all_uses_with(last)
+    graph.erase_node(add)
 
 
 def pad_matmuls(gm: fx.GraphModule, mode) -> int:
@@ -157,6 +205,11 @@ def pad_matmuls(gm: fx.GraphModule, mode) -> int:
     for node, (a, b, bias, m, k, n, m_leads) in candidates:
         mp, kp, np_ = _padded(m) if m_leads else m, _padded(k), _padded(n)
         a2, b2 = rw.pad(a, (mp - m, kp - k)), rw.pad(b, (kp - k, np_ - n))
+        folded = _column_bias(node, n) if bias is None and np_ != n else None
+        if folded is not None:
+            bias = folded[1]
+            with graph.inserting_before(node):
+                bias = rw.call(aten.view.default, [bias, [n]])
         with graph.inserting_before(node):
             if bias is None:
                 out = rw.call(aten.mm.default, [a2, b2])
@@ -181,6 +234,9 @@ def pad_matmuls(gm: fx.GraphModule, mode) -> int:
                         view.meta["val"] = value
         node.replace_all_uses_with(out)
         graph.erase_node(node)
+        if folded is not None:  # the add's users take the views of the biased product
+            add, _, last = folded
+            _restride_users(graph, rw, add, last)
     rewritten(gm)  # transposes that only fed a replaced matmul go
     log.info("nvfuser_dtensor: padded %d matmul(s) to multiples of %d (Note [Padded matmuls])", len(candidates), ALIGN)
     return len(candidates)

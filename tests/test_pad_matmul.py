@@ -96,6 +96,39 @@ def test_sliced_logits_stay_a_view_when_their_views_take_it(dtype, padded_graphs
 
 
 @pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("bias_shape", [(1001,), (1, 1, 1001)])
+def test_a_bias_added_to_the_sliced_logits_is_added_by_the_padded_product(dtype, bias_shape, padded_graphs):
+    # BART: ``lm_head(x) + final_logits_bias``. The product adds the bias (addmm) and the sum
+    # stays a view of the padded product: no add, no dense copy.
+    x, w, b = randn(4, 16, 48, dtype=dtype), randn(1001, 48, dtype=dtype), randn(*bias_shape, dtype=dtype)
+
+    def head(x, w, b):
+        return torch.nn.functional.linear(x, w) + b
+
+    check_parity(lambda x, w, b: head(x, w, b) * 1, x, w, b, pad_matmuls=True)
+    code = padded_graphs[-1][1]
+    assert "aten.addmm" in code and "aten.add." not in code and "aten.clone" not in code, code
+    out = torch.compile(head, backend="nvfuser_dtensor", options={"pad_matmuls": True})(x, w, b)
+    torch.testing.assert_close(out, head(x, w, b), rtol=2e-2, atol=2e-2)
+    assert out.stride() == (16 * 1008, 1008, 1)  # a view of the padded, biased product
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_an_add_that_is_not_a_bias_over_columns_stays(dtype, padded_graphs):
+    # a per-row term [rows, vocab] and a product used twice are not folded into the product
+    x, w, r = randn(16, 48, dtype=dtype), randn(1001, 48, dtype=dtype), randn(16, 1001, dtype=dtype)
+    check_parity(lambda x, w, r: torch.nn.functional.linear(x, w) + r, x, w, r, pad_matmuls=True)
+    assert "aten.add." in padded_graphs[-1][1]
+
+    def twice(x, w, b):
+        y = torch.nn.functional.linear(x, w)
+        return y + b, y * 2
+
+    check_parity(twice, x, w, randn(1001, dtype=dtype), pad_matmuls=True)
+    assert "aten.add." in padded_graphs[-1][1] and "aten.addmm" not in padded_graphs[-1][1]
+
+
+@pytest.mark.parametrize("dtype", HALF)
 def test_sliced_product_is_copied_when_a_view_needs_it_dense(dtype, padded_graphs):
     # view(-1) merges the sliced dim with its row: no view of the padded product can do that
     a, b = randn(64, 24, dtype=dtype), randn(24, 33, dtype=dtype)

@@ -77,6 +77,30 @@ def test_cross_entropy_over_a_padded_lm_head(dtype, caplog):
     assert _rewrites(caplog) >= 2
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bias_shape", [(1, 8201), (8201,)])
+def test_cross_entropy_over_a_padded_lm_head_plus_a_bias(dtype, bias_shape, caplog):
+    # BART's ``lm_head(x) + final_logits_bias``: the bias is added by the padded product
+    # (Note [Padded matmuls]), so the sum is padded rows too and the loss's statistics read them
+    vocab, d = 8201, 32
+    x = randn(2, 8, d, dtype=dtype, requires_grad=True)
+    w = randn(vocab, d, dtype=dtype, requires_grad=True)
+    b = randn(*bias_shape, dtype=dtype, requires_grad=True)
+    labels = torch.randint(0, vocab, (16,), device=x.device)
+    labels[5] = -100
+
+    def loss(x, w, b, y):
+        logits = F.linear(x, w) + b
+        return F.cross_entropy(logits.view(-1, vocab).float(), y), logits
+
+    nb.clear_cache()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        # the float32 loss of bf16 logits: the product and bias rounded once, not twice, moves
+        # it by a bf16 rounding of a logit (5.8e-5 relative), beyond float32's tolerance
+        check_parity(loss, x, w, b, labels, backward=True, pad_matmuls=True, scale=10.0)
+    assert _rewrites(caplog) >= 2
+
+
 def test_gpt2_loss_across_its_graph_break(caplog):
     # HF GPT-2: the loss is a graph of its own whose input is the logits, a view of the padded
     # product (rows 8208 apart): its statistics read the padded rows. A bf16 model: judged
