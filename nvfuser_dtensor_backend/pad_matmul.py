@@ -168,18 +168,19 @@ def _restrided_views(node: fx.Node, value, fake_mode) -> dict | None:
     return values
 
 
-def _restride_users(graph: fx.Graph, rw: "_Rewriter", add: fx.Node, last: fx.Node) -> None:
-    """``add``'s users take ``last`` (a view of the padded, biased product) instead, or a dense
-    copy of it where a view after it needs the layout aten recorded."""
-    views = _restrided_views(add, _val(last), rw.fake_mode)
+def _hand_over(rw: "_Rewriter", node: fx.Node, out: fx.Node) -> None:
+    """``node``'s users take ``out`` (a strided view of a padded product) instead, the views
+    after it re-strided, or a dense copy of it where one of them needs the layout aten
+    recorded; ``node`` goes."""
+    views = _restrided_views(node, _val(out), rw.fake_mode)
     if views is None:
-        with graph.inserting_after(last):
-            last = rw.call(aten.clone.default, [last], {"memory_format": torch.contiguous_format})
+        with rw.graph.inserting_after(out):
+            out = rw.call(aten.clone.default, [out], {"memory_format": torch.contiguous_format})
     else:
         for view, value in views.items():
             view.meta["val"] = value
-    add.replace_all_uses_with(last)
-    graph.erase_node(add)
+    node.replace_all_uses_with(out)
+    rw.graph.erase_node(node)
 
 
 def pad_matmuls(gm: fx.GraphModule, mode) -> int:
@@ -226,17 +227,14 @@ def pad_matmuls(gm: fx.GraphModule, mode) -> int:
                 out = rw.call(aten.slice.Tensor, [out, 0, 0, m])
             if np_ != n:
                 out = rw.call(aten.slice.Tensor, [out, 1, 0, n])
-                views = _restrided_views(node, _val(out), fake_mode)
-                if views is None:  # a view after it needs the dense layout aten recorded
-                    out = rw.call(aten.clone.default, [out], {"memory_format": torch.contiguous_format})
-                else:
-                    for view, value in views.items():
-                        view.meta["val"] = value
-        node.replace_all_uses_with(out)
-        graph.erase_node(node)
+        if np_ != n:
+            _hand_over(rw, node, out)
+        else:
+            node.replace_all_uses_with(out)
+            graph.erase_node(node)
         if folded is not None:  # the add's users take the views of the biased product
             add, _, last = folded
-            _restride_users(graph, rw, add, last)
+            _hand_over(rw, add, last)
     rewritten(gm)  # transposes that only fed a replaced matmul go
     log.info("nvfuser_dtensor: padded %d matmul(s) to multiples of %d (Note [Padded matmuls])", len(candidates), ALIGN)
     return len(candidates)
