@@ -204,6 +204,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
         # The generated forward, not the module: nn.Module.__call__ and GraphModule's
         # traceback wrapper cost 2.2 us per call (Note [Lean call path]).
         compiled = make_boxed_func(fused.forward)
+        compiled.__wrapped__ = fused  # the graph module: the global view reads its graph and report
     compiled.report = graph_report  # CudaGraphs counts its kernel launches
     return compiled
 
