@@ -267,8 +267,10 @@ def _describe_arg(a) -> str:
 
 class _TracingEntry:
     """``NVFUSER_DTENSOR_TRACE=1``: print every region call (name, input layouts, storage
-    offsets, pointer alignment) before it runs and synchronize after it, so a CUDA fault is
-    pinned to the region that made it (run with CUDA_LAUNCH_BLOCKING=1 too)."""
+    offsets, pointer alignment) and synchronize before and after it, so a CUDA fault is
+    pinned to the region that made it, or to the PyTorch code before it ("before" in the
+    error: cuDNN's kernels report a fault only at the next check; run with
+    CUDA_LAUNCH_BLOCKING=1 too)."""
 
     __slots__ = ("inner", "name")
 
@@ -278,8 +280,14 @@ class _TracingEntry:
     def __call__(self, args):
         print(f"[nvfuser_dtensor trace] {self.name} ({type(self.inner).__name__}): "
               + "; ".join(_describe_arg(a) for a in args), flush=True)
+        cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+        if cuda:
+            try:
+                torch.cuda.synchronize()
+            except Exception as e:
+                raise RuntimeError(f"a CUDA error before {self.name} ran (in the PyTorch code before it): {e}") from e
         out = self.inner(args)
-        if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+        if cuda:
             torch.cuda.synchronize()
         return out
 
