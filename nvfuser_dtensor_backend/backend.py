@@ -250,6 +250,9 @@ def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = N
     if why_nhwc is None:
         rewrite = channels_last.to_channels_last(gm)
         log.info("nvfuser_dtensor: %d convolution(s) take channels-last inputs", rewrite.convs)
+    elif why_nhwc == channels_last.OFF_ON_CUDA:
+        log.warning("nvfuser_dtensor: options channels_last=%r ignored, convolutions keep their layout: %s",
+                    opts.channels_last, why_nhwc)
     elif opts.channels_last is not False:
         log.info("nvfuser_dtensor: convolutions keep their layout: %s", why_nhwc)
     try:

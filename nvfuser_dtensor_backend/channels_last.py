@@ -26,6 +26,16 @@ graph that dynamo recorded as contiguous (or channels-last) is made so again, a 
 its layout changed. That matters beyond looks: the next graph after a graph break was traced,
 and is guarded, on those strides.
 
+**Off on CUDA** (``refusal``), whatever the option says, until a CUDA fault is understood:
+on the H200, with it, EfficientNet-B0's first training step hit "an illegal memory access"
+(reported by a batch-norm region whose definition had just run right on the same layouts,
+so possibly the cuDNN depthwise convolution before it), two of its GPU tests failed, and it
+made no model faster (ResNet-18's kernels 6.14 ms against 4.00;
+benchmarks/results/h200_defaults_ab_session15, h200_models_session15). A fault kills the
+user's process, so the option is refused there with a warning.
+``NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA=1`` (read at import) turns it on for the GPU checks
+that look for the fault.
+
 Code that assumed NCHW memory (``x.view(n, -1)`` of a 4-d activation) fails AOTAutograd's
 trace; the backend then compiles the graph again without the rewrite, with one warning
 (``backend.py``). ``"auto"`` follows inductor's heuristics (CUDA only; no grouped
@@ -41,7 +51,13 @@ import logging
 import torch
 from torch import fx
 
+from .options import env_flag
+
 log = logging.getLogger("nvfuser_dtensor_backend")
+
+ON_CUDA = env_flag("NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA")  # see the Note: off on CUDA otherwise
+OFF_ON_CUDA = ("off on CUDA until a CUDA fault is understood: with it EfficientNet-B0 hit an illegal memory access "
+               "on the H200, and it made no model faster (Note [Channels-last convolutions])")
 
 CONV2D = (torch.conv2d, torch.nn.functional.conv2d)
 
@@ -82,6 +98,8 @@ def refusal(gm: fx.GraphModule, choice) -> str | None:
     convs = [c for c in conv2d_nodes(gm) if c[1] is not None and c[1].dim() == 4]
     if not convs:
         return "no batched 2-d convolution"
+    if not ON_CUDA and any(x.device.type == "cuda" for _, x, _ in convs):
+        return OFF_ON_CUDA
     if choice is True:
         return None
     if any(x.device.type != "cuda" for _, x, _ in convs):

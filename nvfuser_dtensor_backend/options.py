@@ -69,8 +69,8 @@ class Options:
             NCHW<->NHWC transposes and the regions between convolutions work in NHWC
             (channels_last.py, Note [Channels-last convolutions]); what reaches the user keeps
             eager's layout. ``True`` (every graph with a batched conv2d), ``"auto"``
-            (inductor's heuristics, CUDA only) or ``False`` (default until it is measured
-            on the H200).
+            (inductor's heuristics) or ``False`` (default). Refused on CUDA, with a
+            warning, until a CUDA fault it met on the H200 is understood (the Note).
         verify: debug mode for wrong numbers: every region also runs in PyTorch on the same
             inputs, and an output beyond its dtype's tolerance is reported with a
             ``RegionMismatchWarning`` naming the region (verify.py). Doubles the work of each

@@ -14,7 +14,7 @@ zoo() {  # NAME MODELS MODES BACKENDS JOBS
     --models "$2" --modes "$3" --backends "$4" --timeout-s "$((zt - 15))" --warmup 3 --iters 10 \
     --timing-lock "$out/timing.lock" --out "$out/$1" > "$out/logs/zoo_$1.log" 2>&1
 }
-zoo ab "${AB_MODELS:-resnet18,convnext,efficientnet_b0}" train \
+NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA=1 zoo ab "${AB_MODELS:-resnet18,convnext,efficientnet_b0}" train \
   "${AB_BACKENDS:-inductor,nvfuser_dtensor,nvfuser_dtensor:channels_last}" 3 &
 zoo wider "${WIDER_MODELS:-phi3,mixtral,swin,tv_densenet,gemma,qwen3}" train,infer nvfuser_dtensor 6 &
 timeout "$((zt - 20))" python3 -m pytest -q -p no:cacheprovider -rfEs ${GPU_TESTS:-tests/test_cuda_graphs.py \

@@ -18,7 +18,8 @@ zoo() {  # ARM MODELS BACKENDS JOBS [ENV...]
     --models "$models" --modes train --backends "$backends" --timeout-s "$((zt - 15))" --warmup 3 --iters 10 \
     --timing-lock "$out/timing.lock" --out "$out/$arm" > "$out/logs/zoo_$arm.log" 2>&1
 }
-zoo nhwc "${AB_MODELS:-resnet18,convnext,efficientnet_b0}" inductor,nvfuser_dtensor,nvfuser_dtensor:channels_last 3 &
+zoo nhwc "${AB_MODELS:-resnet18,convnext,efficientnet_b0}" inductor,nvfuser_dtensor,nvfuser_dtensor:channels_last 3 \
+  NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA=1 &  # off on CUDA otherwise (Note [Channels-last convolutions])
 zoo pool "${POOL_MODELS:-bart,t5}" nvfuser_dtensor 2 NVFUSER_DTENSOR_SHARED_POOL=1 &
 zoo lend "${LEND_MODELS:-gpt2,llama}" inductor,inductor:reduce-overhead,nvfuser_dtensor 2 &
 zoo copy "${LEND_MODELS:-gpt2,llama},${POOL_MODELS:-bart,t5}" nvfuser_dtensor 2 NVFUSER_DTENSOR_LEND_FROM_BYTES=1000000000000000 &

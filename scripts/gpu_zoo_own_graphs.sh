@@ -24,7 +24,7 @@ fi
 timeout 400 python3 -m pytest -q -p no:cacheprovider -rfEs ${GPU_TESTS:-$(cat scripts/gpu_tests.txt)} > "$w/logs/gpu_tests.log" 2>&1 &
 fo="${FAULT_OPTIONS:-}"; [ -n "$fo" ] || fo='{}'
 for m in ${FAULT_PROBES:-}; do  # one training step per region call, synchronized and printed: a fault's region
-  CUDA_LAUNCH_BLOCKING=1 NVFUSER_DTENSOR_TRACE=1 timeout 240 python3 scripts/gpu_fault_probe.py "$m" --steps 3 \
+  CUDA_LAUNCH_BLOCKING=1 NVFUSER_DTENSOR_TRACE=1 NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA=1 timeout 240 python3 scripts/gpu_fault_probe.py "$m" --steps 3 \
     --options "$fo" 2>&1 | grep -vE "Warning|warn\(" | tail -300 > "$w/logs/fault_$m.log" &
 done
 for m in ${REUSE_MODELS:-}; do  # gradient accumulation and kept gradients, CUDA graphs against none

@@ -20,6 +20,14 @@ from helpers import DEVICE, assert_close, compile_fn, randn
 from nvfuser_dtensor_backend import channels_last
 from nvfuser_dtensor_backend.options import Options, OptionsError
 
+
+@pytest.fixture(autouse=True)
+def _on_cuda_too(monkeypatch):
+    """These tests check the rewrite itself, also on the GPU, where the backend refuses it
+    unless asked by the GPU checks (Note [Channels-last convolutions]; the refusal has its
+    own test)."""
+    monkeypatch.setattr(channels_last, "ON_CUDA", True)
+
 DTYPES = [torch.float32, torch.bfloat16]
 
 
@@ -177,6 +185,17 @@ def test_auto_follows_inductors_heuristics(weights, groups, device, why):
     assert (reason is None) if why is None else (why in reason)
     assert channels_last.refusal(gm, True) is None
     assert channels_last.refusal(gm, False) == "options channels_last=False"
+
+
+@pytest.mark.parametrize("choice", [True, "auto"])
+def test_off_on_cuda_unless_asked_for_by_the_gpu_checks(choice, monkeypatch):
+    # a CUDA fault on the H200 (Note [Channels-last convolutions]): refused on CUDA, not on the CPU
+    monkeypatch.setattr(channels_last, "ON_CUDA", False)
+    gm = _dynamo_like_graph([(64, 3, 7, 7), (128, 64, 3, 3)])
+    assert channels_last.refusal(gm, choice) == channels_last.OFF_ON_CUDA
+    assert channels_last.refusal(_dynamo_like_graph([(64, 3, 7, 7), (128, 64, 3, 3)], device="cpu"), True) is None
+    monkeypatch.setattr(channels_last, "ON_CUDA", True)
+    assert channels_last.refusal(gm, choice) is None
 
 
 def test_rewrite_undoes_to_the_same_code():
