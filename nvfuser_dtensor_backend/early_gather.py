@@ -25,7 +25,7 @@ import torch
 from torch import fx
 from torch._guards import detect_fake_mode
 
-from .fx_nodes import call_with_val, one_per_row, rewritten
+from .fx_nodes import RESHAPES, call_with_val, one_per_row, rewritten
 from .fx_nodes import val as _val
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -61,13 +61,12 @@ def _movable(node: fx.Node, dim: int, index) -> int | None:
     return full
 
 
-_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
 def _view_keeps_last(node: fx.Node, dim: int) -> bool:
     """``node`` reshapes the dims before ``dim``, its last, and keeps that one's extent (GPT-2's
     logits, [batch, tokens, vocabulary] viewed as [batch * tokens, vocabulary])."""
-    if node.op != "call_function" or node.target not in _VIEWS:
+    if node.op != "call_function" or node.target not in RESHAPES:
         return False
     out, src = _val(node), _val(node.args[0])
     return (isinstance(out, torch.Tensor) and isinstance(src, torch.Tensor) and dim == out.dim() - 1

@@ -1,12 +1,17 @@
 """What the graph rewrites before partitioning (pad_matmul.py, early_gather.py,
 one_hot_sum.py, dense_stack.py, padded_rows.py, cpu_constants.py) share: a node's
 recorded value, a new node recorded with its own, the one-index-per-row test of a gather
-or scatter, and the tidy-up after a rewrite."""
+or scatter, the reshape ops, and the tidy-up after a rewrite."""
 
 from __future__ import annotations
 
 import torch
 from torch import fx
+
+aten = torch.ops.aten
+
+# The reshape ops of aten graphs (the graph rewrites and the sharded-reshape rule test for them)
+RESHAPES = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default})
 
 
 def val(node):

@@ -44,7 +44,7 @@ import torch
 from torch import fx
 from torch._guards import detect_fake_mode
 
-from .fx_nodes import call_with_val, rewritten
+from .fx_nodes import RESHAPES, call_with_val, rewritten
 from .fx_nodes import val as _val
 from .partition import VIEW_OPS
 
@@ -122,9 +122,6 @@ def _dims(node: fx.Node):
     return a, b, bias, m, k, n, m_leads
 
 
-_RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-
-
 def _column_bias(node: fx.Node, n: int) -> tuple[fx.Node, fx.Node, fx.Node] | None:
     """(the add, the bias, the last view before the add) when the product ``node`` (``n``
     columns) goes only through reshapes that keep its columns into one ``add`` of a bias of
@@ -132,7 +129,7 @@ def _column_bias(node: fx.Node, n: int) -> tuple[fx.Node, fx.Node, fx.Node] | No
     last = node
     while len(last.users) == 1:
         user = next(iter(last.users))
-        if user.op != "call_function" or user.target not in _RESHAPES or _val(user).shape[-1] != n:
+        if user.op != "call_function" or user.target not in RESHAPES or _val(user).shape[-1] != n:
             break
         last = user
     if len(last.users) != 1:

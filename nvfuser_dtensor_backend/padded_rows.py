@@ -31,7 +31,7 @@ import torch
 from torch import fx
 from torch._guards import detect_fake_mode
 
-from .fx_nodes import call_with_val, rewritten
+from .fx_nodes import RESHAPES, call_with_val, rewritten
 from .fx_nodes import val as _val
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -40,9 +40,8 @@ aten = torch.ops.aten
 ALIGN = 8  # padded widths are multiples of this (Note [Padded matmuls])
 MIN_WIDTH = 1024  # narrower rows fit nvFuser's persistent kernels as they are
 _REDUCTIONS = {aten.amax.default: float("-inf"), aten.sum.dim_IntList: 0.0}
-_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 _ROW_WISE = frozenset({aten.sub.Tensor, aten.add.Tensor, aten.mul.Tensor, aten.div.Tensor, aten.exp.default,
-                       aten.neg.default, aten._to_copy.default, aten.clone.default, *_VIEWS})
+                       aten.neg.default, aten._to_copy.default, aten.clone.default, *RESHAPES})
 
 
 def rows_widened(x: torch.Tensor, stride: int) -> torch.Tensor:
@@ -128,7 +127,7 @@ class _Lifter:
             return None
         if node.target is aten.clone.default and node.kwargs.get("memory_format") not in (None, torch.contiguous_format):
             return None
-        if node.target in _VIEWS:
+        if node.target in RESHAPES:
             inner = self.lift(node.args[0], padded)
             shape = list(node.args[1])
             if inner is None or not shape or shape[-1] not in (self.width, -1) or _val(node.args[0]).shape[-1] != self.width:

@@ -31,11 +31,11 @@ from __future__ import annotations
 import torch
 from torch import fx
 
+from ..fx_nodes import RESHAPES
 from ..registry import KEEP_OUT
 from .tp_conversions import layout, run_relayout
 
 aten = torch.ops.aten
-RESHAPES = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default})
 
 
 def _groups(a: list[int], b: list[int]) -> list[tuple[list[int], list[int]]]:
