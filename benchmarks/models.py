@@ -204,6 +204,7 @@ def _measure_compiled(a, zm, batch, backend: str, train: bool, ref, fp64_cache: 
 
         nb.clear_cache()  # first_call_s includes building every definition, also for a second variant
         nb.cuda_graph_stats(clear=True)
+        nb.compile_stats(clear=True)
         if a.dump_dir:
             folder = Path(a.dump_dir) / zm.name / ("train" if train else "infer") / backend.replace(":", "-")
             options = dict(options or {}, dump_dir=str(folder))
@@ -211,6 +212,7 @@ def _measure_compiled(a, zm, batch, backend: str, train: bool, ref, fp64_cache: 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = zoo_check.compare(zm, name, train, options, ref=ref, fp64_cache=fp64_cache)
+        parts = nb.compile_stats() if name == NVF else None  # the first step's (Note [First-call accounting])
         timing = _time(res["compiled"], zm, batch, train, a.device, a.warmup, a.iters, a.timing_lock)
         if base_reserved is not None:  # before the checks below, which may run calls uncaptured
             timing["reserved_mb"] = (torch.cuda.max_memory_reserved() - base_reserved) / 2**20
@@ -227,6 +229,7 @@ def _measure_compiled(a, zm, batch, backend: str, train: bool, ref, fp64_cache: 
     if name == NVF:
         row.update(_nvf_stats(res["fallbacks"] + zoo_check.fallback_warnings(caught)))
         row["cuda_graphs"] = nb.cuda_graph_stats()  # recordings and uncaptured calls of the whole run
+        row["first_call_parts"] = parts
     if "fp64" in res:  # outside the tolerances from eager: judged against float64 (zoo_check)
         f = res["fp64"]
         row.update(fp64_loss_err=f["loss_err"], fp64_grad_err=f["grad_err"], eager_fp64_loss_err=f["eager_loss_err"],

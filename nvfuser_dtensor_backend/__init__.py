@@ -18,6 +18,7 @@ __all__ = [
     "cache_info",
     "clear_cache",
     "clear_reports",
+    "compile_stats",
     "cuda_graph_stats",
     "nvfuser_available",
     "nvfuser_dtensor",
@@ -56,6 +57,16 @@ def cuda_graph_stats(clear: bool = False) -> dict:
         STATS.update(dict.fromkeys(STATS, 0))
         NOT_CAPTURED.clear()
     return counts
+
+
+def compile_stats(clear: bool = False) -> dict:
+    """Process-wide: the backend's part of first calls (Note [First-call accounting]):
+    ``graphs_s`` (partitioning aten graphs), ``definitions_s`` (building FusionDefinitions),
+    ``first_runs_s`` (regions' first calls: nvFuser's compile on CUDA), their counts, and the
+    ``slowest`` first calls; ``clear`` resets them."""
+    from .compile_time import stats
+
+    return stats(clear)
 
 
 def cache_info() -> dict:

@@ -24,7 +24,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ._nvfuser import multidevice_abi_reason, nvfuser
-from . import channels_last, cuda_graphs
+from . import channels_last, compile_time, cuda_graphs
 from .cuda_graphs import CudaGraphs
 from .decompositions import decomposition_table
 from .distributed.global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
@@ -159,6 +159,7 @@ def _compile_rest_with_inductor(fused: fx.GraphModule) -> list[LazyInductor]:
     return parts
 
 
+@compile_time.timed("graphs")  # Note [First-call accounting]
 def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kind: str,
                        region_cls: type = FusedRegion) -> Callable:
     """Partition an aten graph and swap each region for a FusedRegion (or ``region_cls``)."""

@@ -28,7 +28,7 @@ from .fusion import BuiltFusion, build_fusion, describe, memory_order, recorded_
 from .options import Options, env_flag
 from .permuted_inputs import PermutedEntry, without_input_permutes
 from .registry import op_name
-from . import verify
+from . import compile_time, verify
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
@@ -348,7 +348,7 @@ class FusedRegion(torch.nn.Module):
         key = tuple(map(self._key_of, args))
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._prepare(args, key)
+            return self._first_call(args, key)
         try:
             out = entry(list(args))
         except Exception as e:  # nvFuser compile/run errors surface on the first execute
@@ -360,6 +360,13 @@ class FusedRegion(torch.nn.Module):
         if self._verify and entry is not self._run_fallback:
             self._verify_against_pytorch(args, out)
         return out
+
+    def _first_call(self, args, key):
+        """A new input signature: its entry made, then called through ``forward``, timed
+        (Note [First-call accounting])."""
+        with compile_time.first_run(self.name, self.ops, args):
+            self._prepare(args, key)  # always stores an entry for ``key``, the fallback included
+            return self.forward(*args)
 
     def _verify_against_pytorch(self, args, out) -> None:
         """``options.verify``: the region's result against PyTorch's on the same inputs."""
@@ -457,7 +464,8 @@ class FusedRegion(torch.nn.Module):
         return fallback(list(args))
 
     def _build(self, descs, schedule=None) -> BuiltFusion:
-        built = build_fusion(self.region, list(descs), schedule)
+        with compile_time.timed("definitions"):
+            built = build_fusion(self.region, list(descs), schedule)
         if self.options.dump_dir:
             os.makedirs(self.options.dump_dir, exist_ok=True)
             n = FUSION_CACHE.builds

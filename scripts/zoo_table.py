@@ -8,7 +8,8 @@ Where the zoo also ran ours without CUDA graphs (``--plain``, by default
 ``nvfuser_dtensor:no_cuda_graphs``, e.g. ``ZOO_BACKENDS=...,nvfuser_dtensor:no_cuda_graphs``), a
 second table puts our reserved memory with graphs next to it without (issue 13, goal 5: at
 most +10%). A third table gives the GPU kernel time of one profiled step per backend (issue
-13, goal 4c: kernels alone), where the rows have it.
+13, goal 4c: kernels alone), where the rows have it, a fourth where our first call's time
+went (goal 3, Note [First-call accounting]).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def main() -> None:
             print(f"\ngeometric mean against {name}: {geo:.2f}x over {len(ratios[k])} runs")
     _memory_table(by, keys, args.ours, args.plain)
     _kernel_table(by, keys, args.ours, args.plain)
+    _first_call_table(by, keys, args.ours)
 
 
 def _memory_table(by: dict, keys: list, ours: str, plain: str) -> None:
@@ -94,6 +96,29 @@ def _kernel_table(by: dict, keys: list, ours: str, plain: str) -> None:
     if lines:
         print(f"\n| model | mode | kernel ms: inductor | ours ({ours}) | ours ({plain}) | inductor / ours without graphs |")
         print("|---|---|---|---|---|---|")
+        print("\n".join(lines))
+
+
+def _first_call_table(by: dict, keys: list, ours: str) -> None:
+    """Where our first call's time went (issue 13, goal 3; Note [First-call accounting]): the
+    backend's graph work, definitions, regions' first calls (nvFuser's compile on CUDA), and
+    the rest (dynamo, AOTAutograd, PyTorch's ops), next to inductor's whole first call."""
+    lines = []
+    for case, mode in keys:
+        ind, r = by.get((case, mode, "inductor"), {}), by.get((case, mode, ours), {})
+        parts, first = r.get("first_call_parts"), r.get("first_call_s")
+        if not parts or first is None:
+            continue
+        rest = first - parts["graphs_s"] - parts["first_runs_s"]
+        slowest = parts["slowest"][0] if parts["slowest"] else None
+        lines.append(f"| {case} | {mode} | {_f(ind.get('first_call_s'), '.1f')} | {first:.1f} | "
+                     f"{parts['graphs_s']:.1f} ({parts['graphs']}) | {parts['definitions_s']:.1f} ({parts['definitions']}) | "
+                     f"{parts['first_runs_s']:.1f} ({parts['first_runs']}) | {rest:.1f} | "
+                     + (f"{slowest[0]:.1f} s {slowest[1][:80]}" if slowest else "-") + " |")
+    if lines:
+        print(f"\n| model | mode | first call s: inductor | ours | ours: graphs s (n) | definitions s (n) | "
+              "region first calls s (n) | rest s (dynamo, AOTAutograd, PyTorch ops) | slowest region first call |")
+        print("|---|---|---|---|---|---|---|---|---|")
         print("\n".join(lines))
 
 

@@ -64,6 +64,35 @@ def test_new_size_reuses_cached_definition():
     assert nb.cache_info()["builds"] == builds + 1
 
 
+def test_first_calls_are_accounted_once_per_input_signature():
+    # Note [First-call accounting]: each region's first call for an input signature is timed,
+    # a repeated layer reuses its definition, later calls add nothing
+    def f(x, a, b):
+        for w in (a, b, a * 2):
+            x = torch.nn.functional.gelu(x @ w) * 2 + x
+        return x
+
+    nb.clear_cache()
+    nb.compile_stats(clear=True)
+    compiled = compile_fn(f)
+    args = [randn(8, 16), randn(16, 16), randn(16, 16)]
+    assert_close(compiled(*args), f(*args))
+    regions = region_count()
+    first = nb.compile_stats()
+    assert first["graphs"] == 1 and first["graphs_s"] > 0
+    assert first["first_runs"] == regions >= 3, (first, regions)
+    assert 1 <= first["definitions"] == nb.cache_info()["builds"] < regions
+    assert first["first_runs_s"] >= first["definitions_s"] > 0
+    assert len(first["slowest"]) == regions and ".nvfuser_region_" in first["slowest"][0][1]
+    assert [s for s, _ in first["slowest"]] == sorted((s for s, _ in first["slowest"]), reverse=True)
+    assert_close(compiled(*args), f(*args))
+    again = nb.compile_stats(clear=True)
+    assert {k: again[k] for k in ("graphs", "first_runs", "definitions")} == {
+        k: first[k] for k in ("graphs", "first_runs", "definitions")}
+    compiled(randn(8, 16).t().contiguous().t(), *args[1:])  # a new layout: new first calls
+    assert nb.compile_stats()["first_runs"] > 0
+
+
 def test_fast_path_skips_descriptor_work(monkeypatch):
     compiled = compile_fn(lambda x: torch.relu(x) * 3)
     x = randn(4, 4)
