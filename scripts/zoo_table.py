@@ -116,7 +116,7 @@ def _first_call_table(by: dict, keys: list, ours: str) -> None:
                      f"{parts['first_runs_s']:.1f} ({parts['first_runs']}) | {rest:.1f} | "
                      + (f"{slowest[0]:.1f} s {slowest[1][:80]}" if slowest else "-") + " |")
     if lines:
-        print(f"\n| model | mode | first call s: inductor | ours | ours: graphs s (n) | definitions s (n) | "
+        print("\n| model | mode | first call s: inductor | ours | ours: graphs s (n) | definitions s (n) | "
               "region first calls s (n) | rest s (dynamo, AOTAutograd, PyTorch ops) | slowest region first call |")
         print("|---|---|---|---|---|---|---|---|---|")
         print("\n".join(lines))
