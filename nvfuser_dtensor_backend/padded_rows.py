@@ -33,11 +33,11 @@ from torch._guards import detect_fake_mode
 
 from .fx_nodes import RESHAPES, call_with_val, rewritten
 from .fx_nodes import val as _val
+from .pad_matmul import ALIGN  # padded widths are multiples of it (Note [Padded matmuls])
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 aten = torch.ops.aten
 
-ALIGN = 8  # padded widths are multiples of this (Note [Padded matmuls])
 MIN_WIDTH = 1024  # narrower rows fit nvFuser's persistent kernels as they are
 _REDUCTIONS = {aten.amax.default: float("-inf"), aten.sum.dim_IntList: 0.0}
 _ROW_WISE = frozenset({aten.sub.Tensor, aten.add.Tensor, aten.mul.Tensor, aten.div.Tensor, aten.exp.default,
