@@ -40,6 +40,20 @@ AccumulateGrad takes the gradient, the second micro-batch's forward replays), or
   copies them from then on, and the calls run uncaptured until the gradients taken so far
   are released (``Ledger.waiting``). Gradient accumulation then costs one copy of those
   gradients per optimizer step, not a second recording of the forward and its memory.
+
+Note [Backwards of uncaptured forwards]
+A backward is keyed on the addresses of what its forward saved (inductor's rule: saved
+values are static inputs). A forward call that ran uncaptured (its warm-up, a call that had
+to wait) saved values in memory of its own, which the next call of that forward will not
+use again. Recorded on them, its backward made a recording no later call matches: a layer
+graph called once per layer (a graph break in the loop over layers, BART on the H200)
+warms up on the first layer and records on the second in the first step, and the first
+layer's backward then recorded on the warm-up's values, one stale recording per such graph,
+its outputs kept for good. Worse, where ``.grad`` is never released (gradients accumulated
+over every step), the gradients it handed out stayed alive at risk, and the ledger kept 3
+calls of every later step uncaptured (``waiting``) on the CPU stand-in. So an uncaptured forward's saved values (not its inputs passed
+through) are noted in the ledger (``Ledger.note_transient``), and a backward that reads one
+not made by a recording since runs uncaptured, as its forward did.
 """
 
 from __future__ import annotations
@@ -55,6 +69,8 @@ log = logging.getLogger("nvfuser_dtensor_backend")
 # that takes one as an input (a gradient passed from one compiled graph's backward to the
 # previous one's, across a graph break) reads it in place instead of copying it.
 MADE: dict[int, int] = {}
+
+TRANSIENT_KEPT = 4096  # addresses a ledger keeps of uncaptured forwards' saved values
 
 
 def overlaps(t: torch.Tensor, ranges: list[tuple[int, int]] | None) -> bool:
@@ -74,6 +90,20 @@ class Ledger:
     def __init__(self) -> None:
         self.made = 0
         self.handed: list[Recording] = []
+        self.transient: set[int] = set()  # Note [Backwards of uncaptured forwards]
+
+    def note_transient(self, saved) -> None:
+        """The addresses of values an uncaptured forward saved for its backward."""
+        if len(self.transient) > TRANSIENT_KEPT:  # a bound; a stale recording is the worst outcome
+            self.transient.clear()
+        self.transient.update(t.data_ptr() for t in saved)
+
+    def transient_among(self, values) -> bool:
+        """Whether one of ``values`` lies where an uncaptured forward saved a value, and no
+        recording's output has been made there since."""
+        return bool(self.transient) and any(
+            isinstance(v, torch.Tensor) and v.data_ptr() in self.transient and v.data_ptr() not in MADE
+            for v in values)
 
     def clear_for(self, rec: Recording) -> bool:
         """Whether ``rec`` may replay: no recording made after it has an output at risk alive.

@@ -301,6 +301,18 @@ class GraphRunner:
             rec.lend(outs)
         return outs
 
+    def _uncaptured(self, args: list, run: Callable | None = None) -> Any:
+        """The call run as it is; a forward's saved values are noted as transient (Note
+        [Backwards of uncaptured forwards])."""
+        STATS["uncaptured_calls"] += 1
+        if self.kind != "forward" or self.escaping is None:
+            return (run or self.compiled)(args)
+        inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+        outs = (run or self.compiled)(args)
+        self.ledger.note_transient(o for o in outs[self.escaping:] if isinstance(o, torch.Tensor)
+                                   and o.untyped_storage().data_ptr() not in inputs)
+        return outs
+
     def _slow(self, args: list) -> Any:
         if self.is_off():
             STATS["uncaptured_calls"] += 1
@@ -312,24 +324,23 @@ class GraphRunner:
                 self._try_first(recs, rec)
                 return self._replay(rec, args)
         if self.ledger.waiting():  # gradients taken into .grad lie where this graph would write
-            STATS["uncaptured_calls"] += 1
-            return self.compiled(args)
+            return self._uncaptured(args)
         if not self.warmed_up:
             self.warmed_up = True
-            STATS["uncaptured_calls"] += 1
             # the warm-up (nvFuser compiles its kernels here) allocates from the pool, unless the
             # pool already holds a recording whose replays could write over what it hands out
             # (two forwards before the first backward: Note [Memory a replay writes])
             warm_up = getattr(self.capture, "warm_up", None) if not self.ledger.made else None
-            return warm_up(self.compiled, args) if warm_up is not None else self.compiled(args)
+            return self._uncaptured(args, (lambda a: warm_up(self.compiled, a)) if warm_up is not None else None)
+        if self.kind == "backward" and self.ledger.transient_among(args[i] for i in self.static):
+            return self._uncaptured(args)  # Note [Backwards of uncaptured forwards]
         if self.count >= MAX_GRAPHS:
-            STATS["uncaptured_calls"] += 1
             if not self.full_logged:
                 self.full_logged = True
                 note_uncaptured(f"{self.kind}: {MAX_GRAPHS} recordings, none free for the inputs")
                 log.warning("nvfuser_dtensor: the %s graph has %d CUDA graphs recorded, none free for these inputs; "
                          "calls like this one run uncaptured", self.kind, self.count)
-            return self.compiled(args)
+            return self._uncaptured(args)
         kept = list(args)
         try:
             rec = self._record(args)
