@@ -170,6 +170,45 @@ def accumulating_steps(compiled, model, ref, make_input, steps: int, set_to_none
     torch.testing.assert_close(torch.stack(losses), torch.stack(ref_losses), **tol)
 
 
+class _Block(torch.nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.lin = torch.nn.Linear(width, width)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.lin(x)).tanh() * 2
+
+
+def layer_loop(device, make, layers: int = 3, width: int = 16, steps: int = 6, **tol) -> list[int]:
+    """Training steps of layers called in a Python loop with a graph break after each (one
+    compiled graph per layer, BART's on the H200), with CUDA graphs, against eager, ``.grad``
+    released each step; returns the process-wide uncaptured-call count after each step
+    (Note [Backwards of uncaptured forwards])."""
+    import copy
+
+    torch.manual_seed(0)
+    blocks = torch.nn.ModuleList(_Block(width) for _ in range(layers)).to(device)
+    ref = copy.deepcopy(blocks)
+
+    def model(x, blocks=blocks):
+        for block in blocks:
+            x = block(x)
+            torch._dynamo.graph_break()
+        return x.square().mean()
+
+    compiled = compile_fn(model, cuda_graphs=True)
+    uncaptured = []
+    for _ in range(steps):
+        x = make(8, width, device=device)
+        compiled(x).backward()
+        model(x, ref).backward()
+        for p, q in zip(blocks.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, **tol)
+            p.grad = q.grad = None
+        uncaptured.append(nb.cuda_graph_stats()["uncaptured_calls"])
+    return uncaptured
+
+
 def _wide_head(device):
     """An MLP whose output (``[rows, 4096]`` float32, 128 KiB at 8 rows) is lent by a CUDA
     graph's forward, not copied (cuda_graph_runner.LEND_FROM_BYTES)."""

@@ -17,7 +17,7 @@ from nvfuser_dtensor_backend import cuda_graphs
 from nvfuser_dtensor_backend.cuda_graph_runner import LEND_FROM_BYTES, MAX_GRAPHS, GraphRunner
 
 from cpu_capture import ReplayByRerun, captured_on_cpu  # noqa: F401 - a fixture
-from helpers import accumulating_steps, compile_fn, lent_logits_loop, siamese_lent_logits
+from helpers import accumulating_steps, compile_fn, layer_loop, lent_logits_loop, siamese_lent_logits
 
 
 class Failing:
@@ -500,44 +500,18 @@ def test_a_gradient_passed_across_a_graph_break_is_read_in_place(captured_on_cpu
     assert len(recorded) == 2 and any("0 copied" in line for line in recorded), recorded
 
 
-class _Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(16, 16)
-
-    def forward(self, x):
-        return torch.nn.functional.gelu(self.lin(x)).tanh() * 2
-
-
 def test_a_layer_graph_records_once_per_layer_and_its_backward_never_on_a_warm_up(captured_on_cpu, pools, caplog):
     """Note [Backwards of uncaptured forwards]: a graph break in the loop over layers calls
     one compiled graph once per layer (BART on the H200). Its forward warms up on one layer
     and records on the next; the warmed-up layer's backward then read the warm-up's saved
     values, and recorded on them it made a recording no later call matched (4 backward
     recordings for 3 layers). Now each layer's backward records once, every call of a later
-    step replays, and training stays right."""
-    layers = torch.nn.ModuleList(_Block() for _ in range(3))
-    ref = copy.deepcopy(layers)
-
-    def model(x, layers=layers):
-        for layer in layers:
-            x = layer(x)
-            torch._dynamo.graph_break()
-        return x.square().mean()
-
-    compiled = compile_fn(model, cuda_graphs=True)
-    uncaptured = []
+    step replays, and training stays right. The same runs on the GPU in
+    tests/test_cuda_graphs.py."""
     with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
-        for step in range(6):
-            x = torch.randn(8, 16)
-            compiled(x).backward()
-            model(x, ref).backward()
-            for p, q in zip(layers.parameters(), ref.parameters()):
-                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
-                p.grad = q.grad = None
-            uncaptured.append(nb.cuda_graph_stats()["uncaptured_calls"])
+        uncaptured = layer_loop("cpu", torch.randn, rtol=1e-4, atol=1e-5)
     backward = [r.getMessage() for r in caplog.records if "backward graph is recorded" in r.getMessage()]
-    assert len(backward) == len(layers), backward  # one per layer, none on a warm-up's values
+    assert len(backward) == 3, backward  # one per layer, none on a warm-up's values
     assert uncaptured[2:] == [uncaptured[1]] * 4, uncaptured  # replays only, from the second step on
 
 

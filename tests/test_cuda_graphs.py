@@ -261,6 +261,20 @@ def test_lent_logits_of_a_siamese_step_are_right_or_raise_never_changed():
 
 
 @gpu
+def test_a_layer_graph_records_once_per_layer_and_its_backward_never_on_a_warm_up(caplog):
+    """Note [Backwards of uncaptured forwards] on the real allocator: one compiled graph per
+    layer (a graph break in the loop), each layer's backward recorded once, never on the
+    warm-up's saved values, every call of a later step replayed, gradients as eager's."""
+    from helpers import layer_loop
+
+    with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
+        uncaptured = layer_loop(DEVICE, randn, width=256, rtol=1e-4, atol=1e-5)
+    backward = [r.getMessage() for r in caplog.records if "backward graph is recorded" in r.getMessage()]
+    assert len(backward) == 3, backward
+    assert uncaptured[2:] == [uncaptured[1]] * 4, uncaptured
+
+
+@gpu
 def test_free_memory_lists_what_a_capture_may_reuse():
     from nvfuser_dtensor_backend.cuda_graph_runner import CudaCapture
 
