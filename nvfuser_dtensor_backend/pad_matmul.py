@@ -31,6 +31,12 @@ operand), sliced back to its shape:
 - an operand that is a transpose (``t``/``permute``) of a value is padded before the
   transpose, and every pad of a value is made once per graph: the LM head's output
   gradient feeds both the input and the weight gradients, and is padded once;
+- the other readers of a padded value (the bias gradient's column sum of the LM head's
+  output gradient, next to the two GEMMs) read the padded tensor's slice instead, a view of
+  the same values in rows of a multiple of 8: the value is then written once, padded, not
+  also dense in odd rows for them (RoBERTa's backward wrote its logits' gradient twice,
+  412 MB each in bf16 at 8 x 512 tokens). Views and graph outputs keep the value as aten
+  recorded it;
 - ``"auto"`` (default) pads on CUDA, GEMMs of at least ``MIN_MACS`` multiply-adds (small
   ones cost more to pad than they gain); ``True`` pads every unaligned 16-bit GEMM on any
   device (the CPU tests); ``False`` never.
@@ -180,6 +186,24 @@ def _hand_over(rw: "_Rewriter", node: fx.Node, out: fx.Node) -> None:
     rw.graph.erase_node(node)
 
 
+def _read_padded(rw: "_Rewriter") -> None:
+    """The readers of each padded value other than its pad, views and the graph's output
+    read a slice of the pad instead (Note [Padded matmuls])."""
+    for (node, (rows, cols)), pad in rw.pads.items():
+        if pad.target is not aten.constant_pad_nd.default or pad.args[0] is not node or not pad.users:
+            continue
+        readers = [u for u in node.users if u is not pad and u.op == "call_function" and u.target not in VIEW_OPS]
+        if not readers:
+            continue
+        m, n = _val(node).shape
+        with rw.graph.inserting_after(pad):
+            view = rw.call(aten.slice.Tensor, [pad, 0, 0, m]) if rows else pad
+            if cols:
+                view = rw.call(aten.slice.Tensor, [view, 1, 0, n])
+        for user in readers:
+            user.replace_input_with(node, view)
+
+
 def pad_matmuls(gm: fx.GraphModule, mode) -> int:
     """Rewrite the unaligned 16-bit GEMMs of ``gm`` (Note [Padded matmuls]); returns how many."""
     graph = gm.graph
@@ -233,5 +257,6 @@ def pad_matmuls(gm: fx.GraphModule, mode) -> int:
             add, _, last = folded
             _hand_over(rw, add, last)
     rewritten(gm)  # transposes that only fed a replaced matmul go
+    _read_padded(rw)
     log.info("nvfuser_dtensor: padded %d matmul(s) to multiples of %d (Note [Padded matmuls])", len(candidates), ALIGN)
     return len(candidates)

@@ -49,6 +49,40 @@ def test_lm_head_with_an_unaligned_vocabulary_is_exact(dtype, bias, tokens, padd
 
 
 @pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("tokens", [64, 52])
+def test_the_bias_gradient_reads_the_padded_output_gradient(dtype, tokens, monkeypatch):
+    """Note [Padded matmuls]: the LM head's output gradient feeds its two GEMMs through its
+    pad and the bias gradient's column sum; the sum reads a slice of the pad, so the value is
+    written once, padded (RoBERTa's backward wrote it a second time in odd rows)."""
+    readers = []
+
+    def spy(gm, mode):
+        n = pad_matmuls(gm, mode)
+        for node in gm.graph.nodes:
+            if node.target is torch.ops.aten.sum.dim_IntList and list(node.args[1]) == [0]:
+                chain, src = [], node.args[0]
+                while isinstance(src, torch.fx.Node) and src.target is torch.ops.aten.slice.Tensor:
+                    chain.append(src.args[1])
+                    src = src.args[0]
+                readers.append((chain, getattr(src, "target", None)))
+        return n
+
+    monkeypatch.setattr(backend, "pad_matmuls", spy)
+    vocab, d = 1001, 48
+    x = randn(tokens, d, dtype=dtype, requires_grad=True)
+    w = randn(vocab, d, dtype=dtype, requires_grad=True)
+    b = randn(vocab, dtype=dtype, requires_grad=True)
+
+    def f(x, w, b):
+        return torch.log_softmax(torch.nn.functional.linear(x * 2, w, b).float(), -1)
+
+    check_parity(f, x, w, b, backward=True, pad_matmuls=True)
+    # the bias gradient sums the columns of the pad the input gradient's GEMM reads (52 tokens
+    # pad the gradient's rows too, in a second pad, for the weight gradient's K)
+    assert ([1], torch.ops.aten.constant_pad_nd.default) in readers, readers
+
+
+@pytest.mark.parametrize("dtype", HALF)
 def test_unaligned_inner_dim_and_transposed_operands(dtype, padded_graphs):
     a = randn(30, 37, dtype=dtype)  # K = 37
     b = randn(21, 37, dtype=dtype)  # N = 21, used transposed
