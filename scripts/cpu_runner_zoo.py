@@ -4,7 +4,12 @@ the function again and copies into the same output tensors), so the runner's rul
 copies, watched outputs, in-place inputs) meet real model code before the GPU: four steps
 each, the last ones replays, judged against eager like the zoo.
 
-    python scripts/cpu_runner_zoo.py [--models gpt2,llama]
+    python scripts/cpu_runner_zoo.py [--models gpt2,llama] [--layer-graphs]
+
+``--layer-graphs`` sets every ``layerdrop`` to 1e-9: transformers then draws LayerDrop's
+random number per layer and step, a graph break in the loop over layers, so one compiled
+graph runs per layer, as BART's did on the H200's transformers (Note [Backwards of
+uncaptured forwards]); no layer is dropped in practice.
 """
 
 from __future__ import annotations
@@ -29,12 +34,16 @@ from nvfuser_dtensor_backend import cuda_graphs  # noqa: E402
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--models", default=",".join(n for n in zoo.NAMES if n != "bert_dropout"))
+    p.add_argument("--layer-graphs", action="store_true", help="LayerDrop's draw on: one graph per layer")
     args = p.parse_args()
     cuda_graphs.capture_class = ReplayByRerun
     cuda_graphs.skip_reason = lambda gm, inputs, static, **kw: None
     bad = 0
     for name in args.models.split(","):
         zm = zoo.build(name, "tiny", "cpu", torch.float32)
+        for m in zm.model.modules() if args.layer_graphs else ():
+            if hasattr(m, "layerdrop"):
+                m.layerdrop = 1e-9
         for train in (True, False):
             batch = zm.make_inputs(0)
             ref = zoo_check.seeded_step(copy.deepcopy(zm.model), zm, batch, train, 0)
