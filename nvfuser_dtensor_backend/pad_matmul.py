@@ -189,10 +189,12 @@ def _hand_over(rw: "_Rewriter", node: fx.Node, out: fx.Node) -> None:
 def _read_padded(rw: "_Rewriter") -> None:
     """The readers of each padded value other than its pad, views and the graph's output
     read a slice of the pad instead (Note [Padded matmuls])."""
+    pads = set(rw.pads.values())
     for (node, (rows, cols)), pad in rw.pads.items():
         if pad.target is not aten.constant_pad_nd.default or pad.args[0] is not node or not pad.users:
             continue
-        readers = [u for u in node.users if u is not pad and u.op == "call_function" and u.target not in VIEW_OPS]
+        # (another pad of the same value, for another GEMM, keeps reading the value)
+        readers = [u for u in node.users if u not in pads and u.op == "call_function" and u.target not in VIEW_OPS]
         if not readers:
             continue
         m, n = _val(node).shape
