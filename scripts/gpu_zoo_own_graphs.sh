@@ -8,7 +8,8 @@
 # skips the call overhead, TOP_KERNELS=0 GPT-2's top kernels; ARM_MODELS, ARM_ENV and ARM_BACKENDS: an A/B
 # arm of training steps beside the zoo, e.g. ARM_MODELS=vit_s16 ARM_ENV=NVFUSER_DTENSOR_MOVE_KERNELS=cat);
 # FAULT_PROBES (models) with FAULT_OPTIONS (JSON): scripts/gpu_fault_probe.py traced, each in its own
-# process; REUSE_MODELS: scripts/gpu_graph_memory_reuse.py in bf16; GPU_TESTS (default: every GPU test,
+# process; REUSE_MODELS: scripts/gpu_graph_memory_reuse.py in bf16 (REUSE_TIMEOUT, default ZOO_TIMEOUT: 240 s
+# did not see EfficientNet-B0 through two compiles beside the zoo); GPU_TESTS (default: every GPU test,
 # scripts/gpu_tests.txt); everything in $OUT/all.tgz plus printed tables.
 out="${OUT:-/tmp/gpu-zoo-own}"; w="$out/work"
 source scripts/gpu_prelude.sh "$w/logs"
@@ -28,7 +29,7 @@ for m in ${FAULT_PROBES:-}; do  # one training step per region call, synchronize
     --options "$fo" 2>&1 | grep -vE "Warning|warn\(" | tail -300 > "$w/logs/fault_$m.log" &
 done
 for m in ${REUSE_MODELS:-}; do  # gradient accumulation and kept gradients, CUDA graphs against none
-  timeout 240 python3 scripts/gpu_graph_memory_reuse.py --models "$m" --size real --dtype bfloat16 --steps 2 \
+  timeout "${REUSE_TIMEOUT:-$zt}" python3 scripts/gpu_graph_memory_reuse.py --models "$m" --size real --dtype bfloat16 --steps 2 \
     > "$w/logs/reuse_$m.log" 2>&1 &
 done
 for m in ${REGION_ERRORS:-}; do  # whole nvFuser errors of the regions that fall back, definitions dumped
