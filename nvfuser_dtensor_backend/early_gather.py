@@ -61,8 +61,6 @@ def _movable(node: fx.Node, dim: int, index) -> int | None:
     return full
 
 
-
-
 def _view_keeps_last(node: fx.Node, dim: int) -> bool:
     """``node`` reshapes the dims before ``dim``, its last, and keeps that one's extent (GPT-2's
     logits, [batch, tokens, vocabulary] viewed as [batch * tokens, vocabulary])."""
