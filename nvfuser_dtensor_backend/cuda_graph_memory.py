@@ -47,13 +47,18 @@ values are static inputs). A forward call that ran uncaptured (its warm-up, a ca
 to wait) saved values in memory of its own, which the next call of that forward will not
 use again. Recorded on them, its backward made a recording no later call matches: a layer
 graph called once per layer (a graph break in the loop over layers, BART on the H200)
-warms up on the first layer and records on the second in the first step, and the first
+warmed up on the first layer and recorded on the second in the first step, and the first
 layer's backward then recorded on the warm-up's values, one stale recording per such graph,
 its outputs kept for good. Worse, where ``.grad`` is never released (gradients accumulated
 over every step), the gradients it handed out stayed alive at risk, and the ledger kept 3
-calls of every later step uncaptured (``waiting``) on the CPU stand-in. So an uncaptured forward's saved values (not its inputs passed
-through) are noted in the ledger (``Ledger.note_transient``), and a backward that reads one
-not made by a recording since runs uncaptured, as its forward did.
+calls of every later step uncaptured (``waiting``) on the CPU stand-in. So an uncaptured
+forward's saved values are noted in the ledger (``Ledger.note_transient``), and a backward
+that reads one not made by a recording since runs uncaptured, as its forward did. That
+includes the forward's own inputs saved as they are (a ``Linear``'s input, an embedding's
+indices), except its parameters and buffers (inputs used in place, which stay where they
+are): a recording copies such an input into a buffer of its own, so a backward recorded on
+the user's tensor (BART's shared embedding, called twice before its backward and warmed up
+on the encoder's call) was never replayed either.
 """
 
 from __future__ import annotations

@@ -4,12 +4,14 @@ the function again and copies into the same output tensors), so the runner's rul
 copies, watched outputs, in-place inputs) meet real model code before the GPU: four steps
 each, the last ones replays, judged against eager like the zoo.
 
-    python scripts/cpu_runner_zoo.py [--models gpt2,llama] [--layer-graphs]
+    python scripts/cpu_runner_zoo.py [--models gpt2,llama] [--layer-graphs] [--size real] [--held]
 
 ``--layer-graphs`` sets every ``layerdrop`` to 1e-9: transformers then draws LayerDrop's
 random number per layer and step, a graph break in the loop over layers, so one compiled
 graph runs per layer, as BART's did on the H200's transformers (Note [Backwards of
-uncaptured forwards]); no layer is dropped in practice.
+uncaptured forwards]); no layer is dropped in practice. ``--held`` prints the memory the
+recordings hold (their outputs and input buffers, each storage once) and how much of it
+lies in recordings the last step did not replay (Note [Record what repeats]).
 """
 
 from __future__ import annotations
@@ -24,23 +26,35 @@ import torch
 root = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(root), str(root / "tests")]
 
-from benchmarks import zoo, zoo_check  # noqa: E402
+from benchmarks import zoo, zoo_builders, zoo_check  # noqa: E402
+from helpers import RecordingWatch  # noqa: E402
 from test_cuda_graph_runner import ReplayByRerun  # noqa: E402
 
 import nvfuser_dtensor_backend as nb  # noqa: E402
 from nvfuser_dtensor_backend import cuda_graphs  # noqa: E402
+
+STEPS = 4
+
+
+def held(watch: RecordingWatch) -> str:
+    mb = 2**20
+    return (f"held {watch.held_bytes(watch.live()) / mb:.1f} MB, "
+            f"{watch.held_bytes(watch.stale()) / mb:.1f} MB of it not replayed in the last step")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--models", default=",".join(n for n in zoo.NAMES if n != "bert_dropout"))
     p.add_argument("--layer-graphs", action="store_true", help="LayerDrop's draw on: one graph per layer")
+    p.add_argument("--size", default="tiny", choices=zoo_builders.SIZES)
+    p.add_argument("--held", action="store_true", help="memory the recordings hold, and how much is never replayed")
     args = p.parse_args()
+    watch = RecordingWatch() if args.held else None
     cuda_graphs.capture_class = ReplayByRerun
     cuda_graphs.skip_reason = lambda gm, inputs, static, **kw: None
     bad = 0
     for name in args.models.split(","):
-        zm = zoo.build(name, "tiny", "cpu", torch.float32)
+        zm = zoo.build(name, args.size, "cpu", torch.float32)
         for m in zm.model.modules() if args.layer_graphs else ():
             if hasattr(m, "layerdrop"):
                 m.layerdrop = 1e-9
@@ -48,16 +62,21 @@ def main() -> int:
             batch = zm.make_inputs(0)
             ref = zoo_check.seeded_step(copy.deepcopy(zm.model), zm, batch, train, 0)
             nb.cuda_graph_stats(clear=True)
+            if watch:
+                watch.made.clear()
             compiled = zoo_check.compile_model(zm.model, "nvfuser_dtensor", {"cuda_graphs": True})
             errs = []
-            for _ in range(4):
+            for i in range(STEPS):
+                if watch and i == STEPS - 1:
+                    watch.last_step()
                 step = zoo_check.seeded_step(compiled, zm, batch, train, 0)
                 errs.append(zoo_check.errors(step, ref, train))
             stats = nb.cuda_graph_stats()
             ok = all(l <= 1e-4 and (g is None or g <= 1e-3) for l, g in errs) and stats["recorded"] > 0
             bad += not ok
             print(f"{name:12s} {'train' if train else 'infer':5s} {'ok' if ok else 'WRONG'} "
-                  f"errors {[(f'{l:.1e}', None if g is None else f'{g:.1e}') for l, g in errs]} {stats}", flush=True)
+                  f"errors {[(f'{l:.1e}', None if g is None else f'{g:.1e}') for l, g in errs]} {stats}"
+                  + (f"; {held(watch)}" if watch else ""), flush=True)
     return 1 if bad else 0
 
 

@@ -209,6 +209,81 @@ def layer_loop(device, make, layers: int = 3, width: int = 16, steps: int = 6, *
     return uncaptured
 
 
+class RecordingWatch:
+    """The CUDA-graph recordings made (weakly: the runners alone decide how long they live)
+    and those replayed since ``last_step`` (Note [Record what repeats]); ``setattr`` puts
+    the watch on ``GraphRunner`` (pytest's ``monkeypatch.setattr`` in tests)."""
+
+    def __init__(self, setattr=setattr) -> None:
+        import weakref
+
+        from nvfuser_dtensor_backend.cuda_graph_runner import GraphRunner
+
+        self.made, self.replayed = [], set()
+        record, replay = GraphRunner._record, GraphRunner._replay
+
+        def recording(runner, args):
+            rec = record(runner, args)
+            self.made.append(weakref.ref(rec))
+            return rec
+
+        def replaying(runner, rec, args):
+            self.replayed.add(id(rec))
+            return replay(runner, rec, args)
+
+        setattr(GraphRunner, "_record", recording)
+        setattr(GraphRunner, "_replay", replaying)
+
+    def last_step(self) -> None:
+        self.replayed.clear()
+
+    def live(self) -> list:
+        return [rec for rec in (ref() for ref in self.made) if rec is not None]
+
+    def stale(self) -> list:
+        """The live recordings not replayed since ``last_step``."""
+        return [rec for rec in self.live() if id(rec) not in self.replayed]
+
+    @staticmethod
+    def held_bytes(recs) -> int:
+        """Bytes ``recs`` hold: their outputs and input buffers, each storage once."""
+        storages = {}
+        for rec in recs:
+            for t in [*rec.outputs, *(b for _, b, _ in rec.copies)]:
+                if isinstance(t, torch.Tensor):
+                    storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return sum(storages.values())
+
+
+def layer_graph_recordings(device, dtype, monkeypatch, steps: int = 5) -> tuple[int, int]:
+    """Tiny BART with LayerDrop's draw on (a graph break in the loop over layers: one compiled
+    graph per layer, as on the H200) trained ``steps`` steps with CUDA graphs, each step
+    judged against eager like the zoo; returns (recordings not replayed in the last step,
+    recordings made), and asserts that the last step recorded nothing (Note [Record what
+    repeats])."""
+    import copy
+
+    from benchmarks import zoo, zoo_check
+
+    watch = RecordingWatch(monkeypatch.setattr)
+    zm = zoo.build("bart", "tiny", device, dtype)
+    for m in zm.model.modules():
+        if hasattr(m, "layerdrop"):
+            m.layerdrop = 1e-9
+    batch = zm.make_inputs(0)
+    ref = zoo_check.seeded_step(copy.deepcopy(zm.model), zm, batch, True, 0)
+    tol = zoo_check.TOLERANCES[dtype]
+    compiled = compile_fn(zm.model, cuda_graphs=True)
+    for step in range(steps):
+        if step == steps - 1:
+            watch.last_step()
+            recorded = len(watch.made)
+        loss_err, grad_err = zoo_check.errors(zoo_check.seeded_step(compiled, zm, batch, True, 0), ref, True)
+        assert loss_err <= tol["loss"] and grad_err <= tol["grad"], (step, loss_err, grad_err)
+    assert len(watch.made) == recorded, (len(watch.made), recorded)
+    return len(watch.stale()) + sum(r() is None for r in watch.made), len(watch.made)
+
+
 def _wide_head(device):
     """An MLP whose output (``[rows, 4096]`` float32, 128 KiB at 8 rows) is lent by a CUDA
     graph's forward, not copied (cuda_graph_runner.LEND_FROM_BYTES)."""

@@ -275,6 +275,18 @@ def test_a_layer_graph_records_once_per_layer_and_its_backward_never_on_a_warm_u
 
 
 @gpu
+def test_every_recording_of_a_bart_with_layer_graphs_replays(monkeypatch):
+    """Note [Record what repeats] on the real allocator: tiny BART in bf16 with one compiled
+    graph per layer; no recording of the first step's layer graphs (replaced by dynamo in
+    the second) or of a backward keyed on the user's ids, every recording replayed in the
+    last step, each step as right as the zoo asks."""
+    from helpers import layer_graph_recordings
+
+    stale, made = layer_graph_recordings(DEVICE, torch.bfloat16, monkeypatch)
+    assert made > 0 and not stale, f"{stale} of {made} recordings not replayed in the last step"
+
+
+@gpu
 def test_free_memory_lists_what_a_capture_may_reuse():
     from nvfuser_dtensor_backend.cuda_graph_runner import CudaCapture
 
