@@ -4,7 +4,8 @@ the function again and copies into the same output tensors), so the runner's rul
 copies, watched outputs, in-place inputs) meet real model code before the GPU: four steps
 each, the last ones replays, judged against eager like the zoo.
 
-    python scripts/cpu_runner_zoo.py [--models gpt2,llama] [--layer-graphs] [--size real] [--held]
+    python scripts/cpu_runner_zoo.py [--models gpt2,llama|all] [--layer-graphs] [--size real] [--held]
+                                     [--accumulate] [--allocator worst|fresh]
 
 ``--layer-graphs`` sets every ``layerdrop`` to 1e-9: transformers then draws LayerDrop's
 random number per layer and step, a graph break in the loop over layers, so one compiled
@@ -12,6 +13,11 @@ graph runs per layer, as BART's did on the H200's transformers (Note [Backwards 
 uncaptured forwards]); no layer is dropped in practice. ``--held`` prints the memory the
 recordings hold (their outputs and input buffers, each storage once) and how much of it
 lies in recordings the last step did not replay (Note [Record what repeats]).
+``--accumulate`` adds a training step of gradient accumulation over two micro-batches after
+the replays, judged like the zoo's (``zoo_check.after_replays``). ``--allocator fresh``
+plays an allocator that never reuses a recording's memory for a later one, instead of the
+worst one (every later recording's outputs overwritten by a replay). ``--models all`` is the
+zoo and the wider zoo (``benchmarks/zoo_more.py``).
 """
 
 from __future__ import annotations
@@ -48,12 +54,17 @@ def main() -> int:
     p.add_argument("--layer-graphs", action="store_true", help="LayerDrop's draw on: one graph per layer")
     p.add_argument("--size", default="tiny", choices=zoo_builders.SIZES)
     p.add_argument("--held", action="store_true", help="memory the recordings hold, and how much is never replayed")
+    p.add_argument("--accumulate", action="store_true", help="then gradient accumulation over two micro-batches")
+    p.add_argument("--allocator", default="worst", choices=("worst", "fresh"))
     args = p.parse_args()
+    ReplayByRerun.worst = args.allocator == "worst"
+    names = args.models.split(",") if args.models != "all" else [
+        *(n for n in zoo.NAMES if n != "bert_dropout"), *zoo.more_entries()]
     watch = RecordingWatch() if args.held else None
     cuda_graphs.capture_class = ReplayByRerun
     cuda_graphs.skip_reason = lambda gm, inputs, static, **kw: None
     bad = 0
-    for name in args.models.split(","):
+    for name in names:
         zm = zoo.build(name, args.size, "cpu", torch.float32)
         for m in zm.model.modules() if args.layer_graphs else ():
             if hasattr(m, "layerdrop"):
@@ -71,6 +82,9 @@ def main() -> int:
                     watch.last_step()
                 step = zoo_check.seeded_step(compiled, zm, batch, train, 0)
                 errs.append(zoo_check.errors(step, ref, train))
+            if train and args.accumulate:
+                errs.append(zoo_check.errors(zoo_check.seeded_step(compiled, zm, batch, train, 0, micro_batches=2),
+                                             ref, train))
             stats = nb.cuda_graph_stats()
             ok = all(l <= 1e-4 and (g is None or g <= 1e-3) for l, g in errs) and stats["recorded"] > 0
             bad += not ok
