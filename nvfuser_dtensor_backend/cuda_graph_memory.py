@@ -59,23 +59,62 @@ indices), except its parameters and buffers (inputs used in place, which stay wh
 are): a recording copies such an input into a buffer of its own, so a backward recorded on
 the user's tensor (BART's shared embedding, called twice before its backward and warmed up
 on the encoder's call) was never replayed either.
+
+Note [Lent outputs read in place]
+A forward's large user outputs are lent (Note [CUDA graphs of our own]); passed to the
+next compiled graph across a graph break (GPT-2's logits to its loss, BART's hidden states
+to the next layer's graph), they were copied into that graph's buffer, 412 MB a step for
+GPT-2's logits in bf16 at 8 x 512 tokens, kept twice. They are now read in place, keyed
+by their address (``MADE``), as other recordings' outputs are. The graph that reads one
+often saves it for its backward (a loss saves its logits), handing it out again:
+- It hands out a tensor on the lender's own memory (``LENT``: address -> lender), not the
+  lent tensor it was called with, which the lender's next replay revokes: kept in the
+  reader's recording, that one raised in the next step (BART's layer graphs).
+- The lender watches that tensor as one of its own saved values (``Recording.watch``), so
+  it does not replay while the reader's backward still needs it: a forward that saves
+  nothing of its own, called twice before the backward, would otherwise have replayed
+  over the logits the first call's loss saved.
+- Where the lending call ran uncaptured (the later micro-batches of gradient accumulation)
+  the input lies elsewhere, and the reader runs uncaptured too, instead of recording a
+  copying twin.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import weakref
 
 import torch
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
-# Addresses of the outputs recordings hand out as they are (fixed across replays): a graph
-# that takes one as an input (a gradient passed from one compiled graph's backward to the
-# previous one's, across a graph break) reads it in place instead of copying it.
+# Addresses of the outputs recordings hand out as they are or lend (fixed across replays):
+# a graph that takes one as an input (a gradient passed from one compiled graph's backward
+# to the previous one's, logits passed to a loss, hidden states to the next layer's graph,
+# across a graph break) reads it in place instead of copying it.
 MADE: dict[int, int] = {}
 
+# The recordings that lend outputs, by the outputs' storage addresses (Note [Lent outputs
+# read in place]).
+LENT: dict[int, weakref.ref] = {}
+
 TRANSIENT_KEPT = 4096  # addresses a ledger keeps of uncaptured forwards' saved values
+
+
+class _AnyCount:
+    """A holder count that every count equals (``Recording._held_as`` compares with ``!=``)."""
+
+    def __eq__(self, other) -> bool:
+        return True
+
+    def __ne__(self, other) -> bool:
+        return False
+
+    __hash__ = None
+
+
+ANY_COUNT = _AnyCount()
 
 
 def overlaps(t: torch.Tensor, ranges: list[tuple[int, int]] | None) -> bool:
@@ -149,7 +188,7 @@ class Recording:
 
     __slots__ = ("replay", "copies", "outputs", "cloned", "rebuilt", "watched", "alone", "cached", "key_idx",
                  "key_ptrs", "extra", "seq", "risky", "risky_alone", "lent_once", "lent", "lent_risky",
-                 "handed_out", "revoked_message", "__weakref__")
+                 "handed_out", "revoked_message", "made", "lenders", "__weakref__")
 
     def __init__(self, replay, copies, outputs, cloned, rebuilt, watched):
         self.replay = replay
@@ -174,6 +213,8 @@ class Recording:
         self.lent_risky = False  # one of them lies where an earlier recording's replay writes
         self.handed_out: list = []  # the storages the last replay lent them through
         self.revoked_message = ""  # what reading one raises once revoked
+        self.made: list[int] = []  # the addresses it registered in MADE
+        self.lenders: list = []  # [(lender's weakref, index of an output on its memory)] (Note [Lent outputs read in place])
 
     def lend(self, outs: list) -> None:
         """Puts in ``outs`` the lent outputs, each group on a storage of its own over the
@@ -198,8 +239,14 @@ class Recording:
     def __del__(self) -> None:
         if self.handed_out:  # their memory goes back to the pool with ``outputs``
             self.revoke()
-        for t, _ in self.watched:
-            ptr = t.data_ptr()
+        for _, address, _ in self.lent:
+            if LENT.get(address) is not None and LENT[address]() in (self, None):
+                del LENT[address]
+        for ref, i in self.lenders:
+            lender = ref()
+            if lender is not None:
+                lender.unwatch(self.outputs[i])
+        for ptr in self.made:
             if MADE.get(ptr, 0) > 1:
                 MADE[ptr] -= 1
             else:
@@ -215,6 +262,25 @@ class Recording:
         """Called where no local variable of the recording refers to an output."""
         self.alone = self._holders(range(len(self.watched)))
         self.risky_alone = self._holders(self.risky)
+        for ref, i in self.lenders:
+            lender = ref()
+            if lender is not None:
+                lender.watch(self, i)
+
+    def watch(self, reader: Recording, i: int) -> None:
+        """Watches output ``i`` of ``reader``, on memory this recording lends, held as it is
+        now (Note [Lent outputs read in place]). Taken from ``reader`` here, so that no
+        argument or local variable counts among its holders."""
+        self.watched.append((reader.outputs[i], reader.outputs[i].untyped_storage()._cdata))
+        py, impl, _ = self._holders([len(self.watched) - 1])[0]
+        # its storage is this recording's, which every reader's tensor on it holds too
+        self.alone.append((py, impl, ANY_COUNT))
+
+    def unwatch(self, alias: torch.Tensor) -> None:
+        for j in range(len(self.watched) - 1, -1, -1):  # watched ones added later than its own
+            if self.watched[j][0] is alias:
+                del self.watched[j], self.alone[j]
+                return
 
     def _holders(self, positions) -> list:
         """Who holds the watched outputs at ``positions``: Python references, TensorImpl

@@ -246,11 +246,13 @@ class RecordingWatch:
 
     @staticmethod
     def held_bytes(recs) -> int:
-        """Bytes ``recs`` hold: their outputs and input buffers, each storage once."""
+        """Bytes ``recs`` hold: their outputs and input buffers, each storage once; not the
+        inputs they read in place (parameters a forward saves, a backward's saved values)."""
         storages = {}
         for rec in recs:
+            read = set(rec.key_ptrs)
             for t in [*rec.outputs, *(b for _, b, _ in rec.copies)]:
-                if isinstance(t, torch.Tensor):
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in read:
                     storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
         return sum(storages.values())
 
