@@ -434,8 +434,9 @@ class GraphRunner:
             if self.kind == "backward" and (where in static_storages or where in copied_storages):
                 by_storage.setdefault(where, []).append(i)  # an input passed through: copied out
             elif where in static_storages:  # a view of a parameter: its own memory, handed out as it is
-                lender = LENT[where[0]]() if where[0] in LENT and where in extra_storages else None
-                if lender is not None:  # read in place from another recording's lent output
+                # saved for the backward, read in place from another recording's lent output
+                lender = LENT[where[0]]() if i >= escaping and where[0] in LENT and where in extra_storages else None
+                if lender is not None:
                     real = lender.outputs[next(g[0] for g, address, _ in lender.lent if address == where[0])]
                     outputs[i] = torch.empty(0, dtype=o.dtype, device=o.device).set_(
                         real.untyped_storage(), o.storage_offset(), o.size(), o.stride())
