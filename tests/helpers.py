@@ -257,6 +257,32 @@ class RecordingWatch:
         return sum(storages.values())
 
 
+def logits_saved_by_a_loss_graph(device, make, steps: int = 6, **tol) -> int:
+    """A head that saves nothing for its backward (``x + w``: its gradient is the incoming
+    one) lends its logits to a loss after a graph break, which reads them in place and
+    saves them; one forward a step, then two before the backward (Note [Lent outputs read in
+    place]): the gradients match eager, so the second forward never replayed over the
+    logits the first loss saved. Returns the recordings made."""
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(make(4096, device=device))
+    ref = torch.nn.Parameter(w.detach().clone())
+
+    def model(x, w=w):
+        logits = x + w  # [8, 4096] float32: 128 KiB, lent
+        torch._dynamo.graph_break()
+        return logits.square().mean()  # saves the logits it read
+
+    compiled = compile_fn(model, cuda_graphs=True)
+    nb.cuda_graph_stats(clear=True)
+    for step in range(steps):
+        xs = [make(8, 4096, device=device) for _ in range(1 + step % 2)]
+        for m, p in ((compiled, w), (model, ref)):
+            sum((k + 1) * m(x, p) for k, x in enumerate(xs)).backward()
+        torch.testing.assert_close(w.grad, ref.grad, **tol)
+        w.grad = ref.grad = None
+    return nb.cuda_graph_stats()["recorded"]
+
+
 def layer_graph_recordings(device, dtype, monkeypatch, steps: int = 5) -> tuple[int, int]:
     """Tiny BART with LayerDrop's draw on (a graph break in the loop over layers: one compiled
     graph per layer, as on the H200) trained ``steps`` steps with CUDA graphs, each step

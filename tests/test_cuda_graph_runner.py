@@ -18,7 +18,7 @@ from nvfuser_dtensor_backend.cuda_graph_runner import LEND_FROM_BYTES, MAX_GRAPH
 
 from cpu_capture import ReplayByRerun, captured_on_cpu  # noqa: F401 - a fixture
 from helpers import (accumulating_steps, compile_fn, layer_graph_recordings, layer_loop, lent_logits_loop,
-                     siamese_lent_logits)
+                     logits_saved_by_a_loss_graph, siamese_lent_logits)
 
 
 class Failing:
@@ -546,6 +546,12 @@ def test_a_lent_output_saved_by_the_graph_reading_it_is_never_overwritten():
             torch.testing.assert_close(kept, x[:, None] * w)
         del saved, kept
     assert produce.count == 2  # the second call of a step did not overwrite the first's
+
+
+def test_logits_a_loss_graph_saved_are_never_overwritten_by_the_head(captured_on_cpu):
+    """The same through torch.compile: a head that saves nothing, its logits read in place
+    by the loss after a graph break, two forwards before some backwards."""
+    assert logits_saved_by_a_loss_graph("cpu", torch.randn, rtol=1e-5, atol=1e-6) > 0
 
 
 def test_a_layer_graph_records_once_per_layer_and_its_backward_never_on_a_warm_up(captured_on_cpu, pools, caplog):

@@ -275,6 +275,16 @@ def test_a_layer_graph_records_once_per_layer_and_its_backward_never_on_a_warm_u
 
 
 @gpu
+def test_logits_a_loss_graph_saved_are_never_overwritten_by_the_head():
+    """Note [Lent outputs read in place] on the real allocator: logits lent by a head that
+    saves nothing, read in place and saved by the loss after a graph break, two forwards
+    before some backwards; gradients as eager's."""
+    from helpers import logits_saved_by_a_loss_graph
+
+    assert logits_saved_by_a_loss_graph(DEVICE, randn, rtol=1e-4, atol=1e-5) > 0
+
+
+@gpu
 def test_every_recording_of_a_bart_with_layer_graphs_replays(monkeypatch):
     """Note [Record what repeats] on the real allocator: tiny BART in bf16 with one compiled
     graph per layer; no recording of the first step's layer graphs (replaced by dynamo in
