@@ -1,4 +1,4 @@
-"""Every zoo model (tiny, fp32, CPU) through the backend's own CUDA-graph runner with a
+"""Every zoo model (tiny by default, fp32, CPU) through the backend's own CUDA-graph runner with a
 replay-by-rerun capture (tests/test_cuda_graph_runner.py's ``ReplayByRerun``: a replay runs
 the function again and copies into the same output tensors), so the runner's rules (keys,
 copies, watched outputs, in-place inputs) meet real model code before the GPU: four steps
@@ -11,8 +11,9 @@ each, the last ones replays, judged against eager like the zoo.
 random number per layer and step, a graph break in the loop over layers, so one compiled
 graph runs per layer, as BART's did on the H200's transformers (Note [Backwards of
 uncaptured forwards]); no layer is dropped in practice. ``--held`` prints the memory the
-recordings hold (their outputs and input buffers, each storage once) and how much of it
-lies in recordings the last step did not replay (Note [Record what repeats]).
+recordings hold (their outputs and input buffers, each storage once, not the parameters
+they read) and how much of it lies in recordings the last step did not replay (Note
+[Record what repeats]).
 ``--accumulate`` adds a training step of gradient accumulation over two micro-batches after
 the replays, judged like the zoo's (``zoo_check.after_replays``). ``--allocator fresh``
 plays an allocator that never reuses a recording's memory for a later one, instead of the
