@@ -435,12 +435,13 @@ class GraphRunner:
                 by_storage.setdefault(where, []).append(i)  # an input passed through: copied out
             elif where in static_storages:  # a view of a parameter: its own memory, handed out as it is
                 # saved for the backward, read in place from another recording's lent output
-                lender = LENT[where[0]]() if i >= escaping and where[0] in LENT and where in extra_storages else None
+                ref = LENT.get(where[0]) if i >= escaping and where in extra_storages else None
+                lender = ref() if ref is not None else None
                 if lender is not None:
                     real = lender.outputs[next(g[0] for g, address, _ in lender.lent if address == where[0])]
                     outputs[i] = torch.empty(0, dtype=o.dtype, device=o.device).set_(
                         real.untyped_storage(), o.storage_offset(), o.size(), o.stride())
-                    lenders.append((LENT[where[0]], i))
+                    lenders.append((ref, i))
                 continue
             elif i >= escaping:  # saved for the backward (a copied input too): the graph's own
                 watched_idx.append(i)
