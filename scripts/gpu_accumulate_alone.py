@@ -6,13 +6,16 @@ finding where gradients stop being finite or a CUDA fault starts.
 ``--arm eager`` (no compile), ``plain`` (``cuda_graphs=False``) or ``graphs`` (the default
 options). After every backward it prints which gradients are not finite and the largest
 gradient, so the first micro-batch that goes wrong is named; with NVFUSER_DTENSOR_TRACE=1 the
-last region printed before a fault is the one that faulted.
+last region printed before a fault is the one that faulted; ``--options '{"verify": true}'``
+names every region whose nvFuser output differs from PyTorch's on the same inputs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -30,13 +33,15 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--micro", type=int, default=2)
+    p.add_argument("--options", default="{}", help="backend options (JSON), added to the arm's")
     args = p.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     zm = zoo.build(args.model, args.size, device, getattr(torch, args.dtype))
     model = zm.model
     if args.arm != "eager":
-        model = torch.compile(model, backend="nvfuser_dtensor", dynamic=False,
-                              options={"cuda_graphs": False} if args.arm == "plain" else None)
+        options = {**({"cuda_graphs": False} if args.arm == "plain" else {}), **json.loads(args.options)}
+        model = torch.compile(model, backend="nvfuser_dtensor", dynamic=False, options=options or None)
+    warnings.simplefilter("always")  # every region mismatch (options.verify), each micro-batch
     opt = torch.optim.SGD(zm.model.parameters(), lr=1e-3)
     bad_total = 0
     for step in range(args.steps):
