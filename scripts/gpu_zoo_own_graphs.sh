@@ -9,8 +9,11 @@
 # arm of training steps beside the zoo, e.g. ARM_MODELS=vit_s16 ARM_ENV=NVFUSER_DTENSOR_MOVE_KERNELS=cat);
 # FAULT_PROBES (models) with FAULT_OPTIONS (JSON): scripts/gpu_fault_probe.py traced, each in its own
 # process; REUSE_MODELS: scripts/gpu_graph_memory_reuse.py in bf16 (REUSE_TIMEOUT, default ZOO_TIMEOUT: 240 s
-# did not see EfficientNet-B0 through two compiles beside the zoo); GPU_TESTS (default: every GPU test,
-# scripts/gpu_tests.txt); everything in $OUT/all.tgz plus printed tables.
+# did not see EfficientNet-B0 through two compiles beside the zoo); ACCUM_ALONE (models):
+# scripts/gpu_accumulate_alone.py, eager and ours without CUDA graphs each in its own process, ours
+# traced, blocking and verifying every region (which region first differs, or faults); GPU_TESTS
+# (default: every GPU test, scripts/gpu_tests.txt; interrupted at the deadline with SIGINT, so pytest still
+# prints its failures); everything in $OUT/all.tgz plus printed tables.
 out="${OUT:-/tmp/gpu-zoo-own}"; w="$out/work"
 source scripts/gpu_prelude.sh "$w/logs"
 zt="${ZOO_TIMEOUT:-430}"
@@ -22,7 +25,7 @@ if [ -n "${ARM_MODELS:-}" ]; then  # an A/B arm beside the zoo (ARM_ENV: its swi
     --models "$ARM_MODELS" --modes train --timeout-s "$((zt - 15))" --warmup 3 --iters 10 \
     --backends "${ARM_BACKENDS:-nvfuser_dtensor}" --timing-lock "$w/timing.lock" --out "$w/arm" > "$w/logs/zoo_arm.log" 2>&1 &
 fi
-timeout 400 python3 -m pytest -q -p no:cacheprovider -rfEs ${GPU_TESTS:-$(cat scripts/gpu_tests.txt)} > "$w/logs/gpu_tests.log" 2>&1 &
+timeout -s INT -k 20 400 python3 -m pytest -q -p no:cacheprovider -rfEs --tb=short ${GPU_TESTS:-$(cat scripts/gpu_tests.txt)} > "$w/logs/gpu_tests.log" 2>&1 &
 fo="${FAULT_OPTIONS:-}"; [ -n "$fo" ] || fo='{}'
 for m in ${FAULT_PROBES:-}; do  # one training step per region call, synchronized and printed: a fault's region
   CUDA_LAUNCH_BLOCKING=1 NVFUSER_DTENSOR_TRACE=1 NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA=1 timeout 240 python3 scripts/gpu_fault_probe.py "$m" --steps 3 \
@@ -31,6 +34,13 @@ done
 for m in ${REUSE_MODELS:-}; do  # gradient accumulation and kept gradients, CUDA graphs against none
   timeout "${REUSE_TIMEOUT:-$zt}" python3 scripts/gpu_graph_memory_reuse.py --models "$m" --size real --dtype bfloat16 --steps 2 \
     > "$w/logs/reuse_$m.log" 2>&1 &
+done
+for m in ${ACCUM_ALONE:-}; do  # one arm per process: eager, and ours traced (the region before a fault) and verified
+  timeout "$zt" python3 scripts/gpu_accumulate_alone.py "$m" --arm eager --steps 2 > "$w/logs/accum_${m}_eager.log" 2>&1 &
+  (CUDA_LAUNCH_BLOCKING=1 NVFUSER_DTENSOR_TRACE=1 timeout "$zt" python3 scripts/gpu_accumulate_alone.py "$m" --arm plain --steps 2 \
+    --options '{"verify": true}' > "$w/logs/accum_${m}_plain_full.log" 2>&1;
+   grep -v "trace\]" "$w/logs/accum_${m}_plain_full.log" | grep -vE "Warning|warn\(" > "$w/logs/accum_${m}_plain.log";
+   tail -40 "$w/logs/accum_${m}_plain_full.log" > "$w/logs/accum_${m}_plain_last.log"; rm -f "$w/logs/accum_${m}_plain_full.log") &
 done
 for m in ${REGION_ERRORS:-}; do  # whole nvFuser errors of the regions that fall back, definitions dumped
   NVFUSER_DISABLE=parallel_compile timeout 300 python3 scripts/gpu_region_errors.py "$m" --dump "$w/dumps/$m" > "$w/logs/region_errors_$m.log" 2>&1 &
@@ -58,6 +68,9 @@ for m in ${DIAG:-}; do echo "== diag $m"; grep -E "Graph Break Reason" "$w/logs/
   grep -E "^step|^compiled|^cuda_graph_stats|^memory|without CUDA|uncaptured" "$w/logs/diag_$m.log" | cut -c1-300 | head -40; done
 for m in ${FAULT_PROBES:-}; do echo "== fault probe $m ${FAULT_OPTIONS:-}"; tail -30 "$w/logs/fault_$m.log" | cut -c1-400; done
 for m in ${REUSE_MODELS:-}; do echo "== reuse $m (bf16)"; grep -vE "Warning|warn\(" "$w/logs/reuse_$m.log" | tail -20 | cut -c1-400; done
+for m in ${ACCUM_ALONE:-}; do echo "== accumulation alone $m: eager, then ours (verify; last lines before the end)"
+  tail -6 "$w/logs/accum_${m}_eager.log" | cut -c1-300; grep -E "step|OK|NOT|differs|Error" "$w/logs/accum_${m}_plain.log" | cut -c1-400 | head -30
+  tail -8 "$w/logs/accum_${m}_plain_last.log" | cut -c1-400; done
 echo "== call overhead"; grep -E "us/call" "$w/logs/call_overhead.log"
 echo "== top kernels, GPT-2 train"; cut -c1-170 "$w/logs/top_gpt2.log" | grep -vE "Warning|warn" | tail -45
 rm -rf "$w"
