@@ -240,3 +240,34 @@ def test_fuse_matmul_regions_hold_one_matmul_and_layers_share_definitions():
     assert len(regions) > 10 and all(sum(op in gemms or "attention" in op for op in ops) <= 1 for ops in regions)
     info = nb.cache_info()
     assert info["hits"] >= 10 and info["builds"] < len(regions), info
+
+
+def _accumulate_alone():
+    """scripts/gpu_accumulate_alone.py, the GPU probe for gradients that stop being finite."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "gpu_accumulate_alone.py"
+    spec = importlib.util.spec_from_file_location("gpu_accumulate_alone", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_accumulate_alone_probe_names_gradients_that_are_not_finite(monkeypatch, capsys):
+    probe = _accumulate_alone()
+    assert probe.main(["gpt2", "--size", "tiny", "--dtype", "float32", "--arm", "plain", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "step 0 micro 1" in out and "gpt2 plain: OK" in out
+    build = probe.zoo.build
+
+    def poisoned(*args, **kwargs):  # one weight made infinite: its gradients and others' are not finite
+        zm = build(*args, **kwargs)
+        with torch.no_grad():
+            zm.model.get_parameter("transformer.h.0.mlp.c_fc.weight")[0, 0] = float("inf")
+        return zm
+
+    monkeypatch.setattr(probe.zoo, "build", poisoned)
+    assert probe.main(["gpt2", "--size", "tiny", "--dtype", "float32", "--arm", "eager", "--steps", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "NOT FINITE" in out and "not finite ['" in out
