@@ -11,7 +11,9 @@
 # process; REUSE_MODELS: scripts/gpu_graph_memory_reuse.py in bf16 (REUSE_TIMEOUT, default ZOO_TIMEOUT: 240 s
 # did not see EfficientNet-B0 through two compiles beside the zoo); ACCUM_ALONE (models):
 # scripts/gpu_accumulate_alone.py, eager and ours without CUDA graphs each in its own process, ours
-# traced, blocking and verifying every region (which region first differs, or faults); GPU_TESTS
+# traced, blocking and verifying every region (which region first differs, or faults); REPLAY_MODELS:
+# scripts/region_replay.py, every region of the model recorded on the GPU, then each replayed alone on
+# random inputs of its layouts against the evaluator (nvFuser's own faults and wrong numbers); GPU_TESTS
 # (default: every GPU test, scripts/gpu_tests.txt; interrupted at the deadline with SIGINT, so pytest still
 # prints its failures); everything in $OUT/all.tgz plus printed tables.
 out="${OUT:-/tmp/gpu-zoo-own}"; w="$out/work"
@@ -42,6 +44,11 @@ for m in ${ACCUM_ALONE:-}; do  # one arm per process: eager, and ours traced (th
    grep -v "trace\]" "$w/logs/accum_${m}_plain_full.log" | grep -vE "Warning|warn\(" > "$w/logs/accum_${m}_plain.log";
    tail -40 "$w/logs/accum_${m}_plain_full.log" > "$w/logs/accum_${m}_plain_last.log"; rm -f "$w/logs/accum_${m}_plain_full.log") &
 done
+for m in ${REPLAY_MODELS:-}; do  # every region alone, on inputs of the layouts the model gave it
+  (timeout "$((zt / 2))" python3 scripts/region_replay.py record "$m" --device cuda --steps 2 --out "$w/logs/regions_$m.jsonl" \
+     > "$w/logs/replay_$m.log" 2>&1;
+   CUDA_LAUNCH_BLOCKING=1 timeout "$((zt / 2))" python3 scripts/region_replay.py run "$w/logs/regions_$m.jsonl" >> "$w/logs/replay_$m.log" 2>&1) &
+done
 for m in ${REGION_ERRORS:-}; do  # whole nvFuser errors of the regions that fall back, definitions dumped
   NVFUSER_DISABLE=parallel_compile timeout 300 python3 scripts/gpu_region_errors.py "$m" --dump "$w/dumps/$m" > "$w/logs/region_errors_$m.log" 2>&1 &
 done
@@ -68,6 +75,8 @@ for m in ${DIAG:-}; do echo "== diag $m"; grep -E "Graph Break Reason" "$w/logs/
   grep -E "^step|^compiled|^cuda_graph_stats|^memory|without CUDA|uncaptured" "$w/logs/diag_$m.log" | cut -c1-300 | head -40; done
 for m in ${FAULT_PROBES:-}; do echo "== fault probe $m ${FAULT_OPTIONS:-}"; tail -30 "$w/logs/fault_$m.log" | cut -c1-400; done
 for m in ${REUSE_MODELS:-}; do echo "== reuse $m (bf16)"; grep -vE "Warning|warn\(" "$w/logs/reuse_$m.log" | tail -20 | cut -c1-400; done
+for m in ${REPLAY_MODELS:-}; do echo "== regions of $m replayed alone"
+  grep -E "MISMATCH|ERROR|FAULT|replayed|written|Error" "$w/logs/replay_$m.log" | cut -c1-400 | head -30; done
 for m in ${ACCUM_ALONE:-}; do echo "== accumulation alone $m: eager, then ours (verify; last lines before the end)"
   tail -6 "$w/logs/accum_${m}_eager.log" | cut -c1-300; grep -E "step|OK|NOT|differs|Error" "$w/logs/accum_${m}_plain.log" | cut -c1-400 | head -30
   tail -8 "$w/logs/accum_${m}_plain_last.log" | cut -c1-400; done

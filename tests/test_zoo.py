@@ -242,20 +242,20 @@ def test_fuse_matmul_regions_hold_one_matmul_and_layers_share_definitions():
     assert info["hits"] >= 10 and info["builds"] < len(regions), info
 
 
-def _accumulate_alone():
-    """scripts/gpu_accumulate_alone.py, the GPU probe for gradients that stop being finite."""
+def _script(name: str):
+    """A script of scripts/ loaded as a module (scripts/ is not a package)."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "gpu_accumulate_alone.py"
-    spec = importlib.util.spec_from_file_location("gpu_accumulate_alone", path)
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_accumulate_alone_probe_names_gradients_that_are_not_finite(monkeypatch, capsys):
-    probe = _accumulate_alone()
+    probe = _script("gpu_accumulate_alone")
     assert probe.main(["gpt2", "--size", "tiny", "--dtype", "float32", "--arm", "plain", "--steps", "1"]) == 0
     out = capsys.readouterr().out
     assert "step 0 micro 1" in out and "gpt2 plain: OK" in out
@@ -271,3 +271,48 @@ def test_accumulate_alone_probe_names_gradients_that_are_not_finite(monkeypatch,
     assert probe.main(["gpt2", "--size", "tiny", "--dtype", "float32", "--arm", "eager", "--steps", "1"]) == 1
     out = capsys.readouterr().out
     assert "NOT FINITE" in out and "not finite ['" in out
+
+
+def test_region_replay_records_definitions_that_rebuild_and_evaluate(tmp_path):
+    """scripts/region_replay.py, the GPU bisect of nvFuser faults at a model's real shapes:
+    what ``record`` writes rebuilds into nvFuser definitions (on the CPU too), and the
+    evaluator runs them on inputs made to the recorded layouts, to the recorded shapes."""
+    import json
+
+    rr = _script("region_replay")
+    out = tmp_path / "gpt2.jsonl"
+    assert rr.main(["record", "gpt2", "--size", "tiny", "--dtype", "float32", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) >= 10 and {r["region"].split(".")[0] for r in rows} == {"forward", "backward"}
+    for row in rows:
+        rr.build(row)
+        inputs = rr.make_inputs(row, "cpu")
+        for d, a in zip(row["inputs"], inputs):
+            if "dtype" in d:
+                assert list(a.shape) == d["shape"] and list(a.stride()) == d["stride"]
+                if "range" in d and a.numel():
+                    assert d["range"][0] <= int(a.min()) and int(a.max()) <= d["range"][1]
+        assert rr.evaluate(row, inputs)
+    broken = dict(rows[0], text=rows[0]["text"].replace("fd.define_tensor", "fd.no_such_op", 1))
+    with pytest.raises(AttributeError):
+        rr.build(broken)
+
+
+def test_region_replay_goes_on_after_a_region_that_kills_its_process(tmp_path, capsys):
+    """A CUDA fault kills the replaying process: ``run`` names that region and replays the
+    rest in a new one (here a definition that exits its process stands in for the fault; on
+    the CPU the others report that no GPU runs them)."""
+    import json
+
+    rr = _script("region_replay")
+    good = {"region": "forward.nvfuser_region_0", "ops": ["aten.relu.default"], "inputs": [
+        {"dtype": "float32", "shape": [4], "stride": [1], "offset": 0, "cpu_scalar": False}],
+        "text": "def nvfuser_fusion(fd):\n    fd.add_output(fd.ops.relu(fd.define_tensor(shape=[-1], contiguity=[True])))\n"}
+    dies = dict(good, region="forward.nvfuser_region_1", text="import os\nos._exit(3)\n")
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (good, dies, good)))
+    assert rr.main(["run", str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("1: FAULT (exit 3)") and "nvfuser_region_1" in lines[1]
+    bad = 1 if torch.cuda.is_available() else 3  # on a GPU the relu replays right
+    assert lines[2].startswith("2: ") and lines[-1] == f"3 region signatures replayed, {bad} not ok"

@@ -1,0 +1,252 @@
+"""Every nvFuser region of a model, alone: recorded once, replayed on the GPU on random inputs.
+
+    python scripts/region_replay.py record efficientnet_b0 --size real --dtype bfloat16 --out /tmp/eff.jsonl
+    CUDA_LAUNCH_BLOCKING=1 python scripts/region_replay.py run /tmp/eff.jsonl
+
+``record`` runs one training step of a zoo model through the backend (on the CPU the
+evaluator stands in for nvFuser, so sizes are real and nothing can fault) and writes, for
+every region and input signature it met, the region's definition (the text nvFuser printed,
+constants exact) and its inputs' dtypes, shapes, strides, storage offsets and, for integer
+and boolean inputs, their range. ``run`` rebuilds each definition with nvFuser, executes it
+on random CUDA inputs of those layouts (integers drawn in the recorded range) and compares
+every output with the CPU evaluator's (nvFuser's op set in PyTorch) on the same inputs, one
+line per region: ``ok``, ``MISMATCH`` (which output, how far) or ``ERROR``. A CUDA fault
+kills the process, so ``run`` replays in a child process and starts a new one after the
+faulting region, which it names. So a fault or a wrong number of nvFuser itself, at a real
+model's shapes and layouts, shows apart from the model, the CUDA graphs and the allocator's
+state; if every region replays right, look there instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def _describe(a) -> dict:
+    if not isinstance(a, torch.Tensor):
+        return {"scalar": type(a).__name__, "value": a if isinstance(a, (bool, int, float)) else None}
+    d = {"dtype": str(a.dtype).removeprefix("torch."), "shape": list(a.shape), "stride": list(a.stride()),
+         "offset": a.storage_offset(), "cpu_scalar": a.device.type == "cpu" and a.dim() == 0}
+    if not a.dtype.is_floating_point and a.numel():
+        d["range"] = [int(a.min()), int(a.max())]
+    return d
+
+
+def _unwrapped(entry) -> tuple:
+    """(the innermost entry, whether a wrapper on the way makes the inputs contiguous)."""
+    contiguous = False
+    while hasattr(entry, "inner") and not callable(getattr(entry, "run", None)):
+        contiguous |= type(entry).__name__ == "_ContiguousEntry"
+        entry = entry.inner
+    return entry, contiguous
+
+
+def _text(entry) -> str | None:
+    """The definition an entry runs: the evaluator's exact text, or what nvFuser prints."""
+    run = getattr(entry, "run", None)
+    if hasattr(run, "text"):
+        return run.text
+    fd = getattr(run, "__self__", None)  # fd.execute
+    return repr(fd) if fd is not None else None
+
+
+def record(model: str, size: str, dtype: str, out: str, device: str, steps: int) -> int:
+    from benchmarks import zoo
+    from nvfuser_dtensor_backend import region
+
+    seen = set()
+    f = open(out, "w")
+
+    def recording(self, args, key):
+        entry = self._entries.get(key)
+        if entry is None:
+            self._prepare(args, key)
+            entry = self._entries[key]
+        inner, contiguous = _unwrapped(entry)
+        text = _text(inner)
+        if text is not None:  # written before the call: a region that faults is in the file
+            inputs = [_describe(a.contiguous() if contiguous and isinstance(a, torch.Tensor) else a) for a in args]
+            sig = (text, json.dumps(inputs))
+            if sig not in seen:
+                seen.add(sig)
+                f.write(json.dumps({"region": self.name, "ops": self.ops, "text": text, "inputs": inputs}) + "\n")
+                f.flush()
+        return self.forward(*args)  # the entry is made: the fast path runs it
+
+    first_call, region.FusedRegion._first_call = region.FusedRegion._first_call, recording
+    try:
+        zm = zoo.build(model, size, device, getattr(torch, dtype))
+        torch._dynamo.reset()
+        compiled = torch.compile(zm.model, backend="nvfuser_dtensor", options={"cuda_graphs": False})
+        for step in range(steps):  # without zero_grad: a second step accumulates, as micro-batches do
+            batch = zm.make_inputs(step)
+            zm.loss_fn(compiled(**batch.kwargs), batch).backward()
+    finally:
+        region.FusedRegion._first_call = first_call
+        f.close()
+    print(f"{model}: {len(seen)} region signatures written to {out}")
+    return 0
+
+
+def make_inputs(row: dict, device: str = "cuda") -> list:
+    """Random inputs with the recorded layouts (integers and booleans in the recorded range)."""
+    gen = torch.Generator().manual_seed(0)
+    return [_make(d, gen, device) for d in row["inputs"]]
+
+
+def _make(d: dict, gen: torch.Generator, device: str):
+    if "scalar" in d:
+        return d["value"]
+    dtype = getattr(torch, d["dtype"])
+    device = "cpu" if d["cpu_scalar"] else device
+    extent = d["offset"] + 1 + sum((n - 1) * s for n, s in zip(d["shape"], d["stride"]) if n > 0)
+    if dtype == torch.bool:
+        flat = torch.rand(extent, generator=gen) > 0.5
+    elif not dtype.is_floating_point:
+        low, high = d.get("range", [0, 1])
+        flat = torch.randint(low, high + 1, (extent,), generator=gen, dtype=dtype)
+    else:
+        flat = torch.randn(extent, generator=gen).to(dtype)
+    return flat.to(device).as_strided(d["shape"], d["stride"], d["offset"])
+
+
+def build(row: dict):
+    """The recorded definition as an nvFuser FusionDefinition (builds on the CPU too)."""
+    from nvfuser_direct import DataType, FusionDefinition
+
+    namespace = {"DataType": DataType, "FusionDefinition": FusionDefinition, "inf": float("inf"), "nan": float("nan")}
+    exec(compile(row["text"], "<region>", "exec"), namespace)  # noqa: S102 - text nvFuser printed
+    with FusionDefinition() as fd:
+        namespace["nvfuser_fusion"](_Defining(fd))
+    return fd
+
+
+class _Defining:
+    """``fd`` for re-running printed text: nvFuser prints some scalar operands (embedding's
+    ``norm_type``) as Python literals where its bindings want a defined scalar."""
+
+    def __init__(self, fd):
+        self._fd, self.ops = fd, _Scalars(fd)
+
+    def __getattr__(self, name):
+        return getattr(self._fd, name)
+
+
+class _Scalars:
+    def __init__(self, fd):
+        self._fd = fd
+
+    def __getattr__(self, name):
+        op = getattr(self._fd.ops, name)
+
+        def call(*args, **kwargs):
+            try:
+                return op(*args, **kwargs)
+            except TypeError:
+                def val(v):
+                    return self._fd.define_scalar(v) if isinstance(v, (bool, int, float)) else v
+                return op(*map(val, args), **{k: val(v) for k, v in kwargs.items()})
+        return call
+
+
+def evaluate(row: dict, inputs: list) -> list:
+    """The CPU evaluator's outputs (nvFuser's op set in PyTorch, on the inputs' device)."""
+    from nvfuser_dtensor_backend.evaluator import Evaluator
+
+    class _Text:  # what Evaluator reads from a FusionDefinition
+        def __repr__(self):
+            return row["text"]
+
+    return Evaluator(_Text(), {})(inputs)
+
+
+def replay_one(row: dict) -> str:
+    from nvfuser_dtensor_backend.verify import mismatch
+
+    fd = build(row)
+    inputs = make_inputs(row)
+    outs = fd.execute(inputs)
+    torch.cuda.synchronize()
+    refs = evaluate(row, inputs)
+    wrong = [f"output {i}: {why}" for i, (o, r) in enumerate(zip(outs, refs)) if (why := mismatch(o, r))]
+    return "MISMATCH " + "; ".join(wrong)[:600] if wrong else "ok"
+
+
+def _summary(row: dict) -> str:
+    shapes = ", ".join(f"{d['dtype']}{d['shape']}" + ("" if d["stride"] == _contiguous(d["shape"]) else f"@{d['stride']}")
+                       for d in row["inputs"] if "dtype" in d)
+    return f"{row['region']} ({','.join(row['ops'])[:120]}) [{shapes[:300]}]"
+
+
+def _contiguous(shape: list[int]) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= max(n, 1)
+    return strides
+
+
+def run(path: str, start: int, child: bool) -> int:
+    rows = [json.loads(line) for line in open(path)]
+    if child:  # replay from ``start`` on; print before each region, so a fault names it
+        for i in range(start, len(rows)):
+            print(f"@ {i}", flush=True)
+            try:
+                verdict = replay_one(rows[i])
+            except Exception as e:  # noqa: BLE001 - an nvFuser error of this region; a fault ends the process
+                verdict = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            print(f"= {i} {verdict}", flush=True)
+        return 0
+    bad, i = 0, start
+    while i < len(rows):
+        proc = subprocess.run([sys.executable, __file__, "run", path, "--start", str(i), "--child"],
+                              capture_output=True, text=True)
+        last = i
+        for line in proc.stdout.splitlines():
+            if line.startswith("@ "):
+                last = int(line[2:])
+            elif line.startswith("= "):
+                index, verdict = line[2:].split(" ", 1)
+                bad += verdict != "ok"
+                print(f"{index}: {verdict} | {_summary(rows[int(index)])}", flush=True)
+                last = int(index) + 1
+        if last < len(rows) and proc.returncode != 0:  # the child died in region ``last``
+            error = next((ln for ln in proc.stderr.splitlines() if "CUDA error" in ln or "Error" in ln), "")
+            print(f"{last}: FAULT (exit {proc.returncode}) {error[:300]} | {_summary(rows[last])}", flush=True)
+            bad += 1
+            last += 1
+        i = max(last, i + 1) if proc.returncode != 0 else len(rows)
+    print(f"{len(rows)} region signatures replayed, {bad} not ok")
+    return 1 if bad else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record")
+    r.add_argument("model")
+    r.add_argument("--size", default="real", choices=("tiny", "real"))
+    r.add_argument("--dtype", default="bfloat16")
+    r.add_argument("--out", required=True)
+    r.add_argument("--device", default="cpu", help="cuda: the layouts the GPU run meets (written as met, so a fault keeps them)")
+    r.add_argument("--steps", type=int, default=1)
+    x = sub.add_parser("run")
+    x.add_argument("path")
+    x.add_argument("--start", type=int, default=0)
+    x.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.cmd == "record":
+        return record(args.model, args.size, args.dtype, args.out, args.device, args.steps)
+    return run(args.path, args.start, args.child)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
