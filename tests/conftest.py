@@ -7,6 +7,15 @@ import torch
 # Note [Output layout contract]); subprocesses started by tests inherit it.
 os.environ.setdefault("NVFUSER_DTENSOR_CHECK_LAYOUTS", "1")
 
+# Memory nobody wrote holds NaN (integers: their largest value) on the CPU, as memory the CUDA
+# caching allocator hands out again holds whatever was there: a region, a graph buffer or a
+# padded row that reads memory it never wrote gives NaN here too, where fresh CPU pages would
+# have read as zeros. PyTorch does this only in its deterministic mode, where an op without
+# a deterministic kernel warns instead of raising (``warn_only``); GPU runs are left as they are.
+if not torch.cuda.is_available():
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
