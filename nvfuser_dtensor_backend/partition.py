@@ -12,6 +12,7 @@ from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from .options import env_flag
 from .registry import Translator, Unsupported, lookup, op_name
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -228,6 +229,43 @@ def _split_at_gemms(p, order: dict[fx.Node, int]) -> list:
     return [p] if len(pieces) == 1 else [Partition(nodes=piece) for piece in pieces]
 
 
+# Note [Unrelated parts of a region]
+# FX's partitioner merges every two partitions it can without a cycle, so pieces that share
+# nothing end up in one region: every batch norm's running-statistics update of ResNet-18's
+# forward (137 nodes on the tiny model), every bias-gradient sum of ViT's backward. nvFuser
+# segments such a fusion into a kernel per piece or group anyway, and on the H200 these were
+# the slowest first calls of their models (14-19 s, benchmarks/results/h200_models_session18),
+# while the same pieces cut apart repeat across layers and would share one definition and
+# kernel (Note [Fusion cache key]). ``NVFUSER_DTENSOR_SPLIT_UNRELATED=1`` (an A/B switch, read
+# at import) cuts each region into its connected parts: nodes joined by an edge inside the
+# region or by an input they both read (read once by one kernel). Each part is convex, and so
+# is any union of them: a path leaving a part reaches no other node of the region without
+# leaving the region and coming back, which the partitioner's region never allows. Off until
+# the H200 says whether first calls get shorter and what the extra launches cost.
+SPLIT_UNRELATED = env_flag("NVFUSER_DTENSOR_SPLIT_UNRELATED")
+
+
+def _connected_parts(p) -> list:
+    """``p`` cut into its connected parts (Note [Unrelated parts of a region])."""
+    parent = {n: n for n in p.nodes}
+
+    def find(n):
+        while parent[n] is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    reader: dict[fx.Node, fx.Node] = {}  # an input from outside -> the first node reading it
+    for node in p.nodes:
+        for a in node.all_input_nodes:
+            other = a if a in parent else reader.setdefault(a, node)
+            parent[find(node)] = find(other)
+    parts: dict[fx.Node, list] = {}
+    for node in p.nodes:
+        parts.setdefault(find(node), []).append(node)
+    return [p] if len(parts) == 1 else [Partition(nodes=part) for part in parts.values()]
+
+
 def _deterministic(node: fx.Node) -> bool:
     tags = getattr(node.target, "tags", ())
     return torch.Tag.nondeterministic_seeded not in tags
@@ -252,6 +290,8 @@ def partition(
     if fuse_matmul and one_gemm_per_region:
         order = {n: i for i, n in enumerate(gm.graph.nodes)}
         partitions = [piece for p in partitions for piece in _split_at_gemms(p, order)]
+    if SPLIT_UNRELATED:
+        partitions = [part for p in partitions for part in _connected_parts(p)]
     report = PartitionReport()
     kept = []
     for p in partitions:

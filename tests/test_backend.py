@@ -423,3 +423,28 @@ def test_permuted_input_retry_that_fails_falls_back_with_the_first_error(monkeyp
     with pytest.warns(NvFuserFallbackWarning, match="run time.*kernel launch failed"):
         out = compiled(x)
     assert_close(out, torch.cos(x.permute(1, 0)) * 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_unrelated_cuts_a_region_into_its_connected_parts(monkeypatch, dtype):
+    """NVFUSER_DTENSOR_SPLIT_UNRELATED (Note [Unrelated parts of a region]): pieces that share
+    nothing leave one region for a region each, pieces that read one input stay together, and
+    the repeated pieces share one definition; the values are eager's."""
+    from nvfuser_dtensor_backend import partition
+    from nvfuser_dtensor_backend.region import FUSION_CACHE
+
+    def f(a, b, c, x):  # three unrelated updates of one shape; two pieces that only share x
+        return a * 2 + 1, b * 2 + 1, c * 2 + 1, x.sin() * 2, x.cos() * 3
+
+    args = [randn(16, 8, dtype=dtype) for _ in range(3)] + [randn(5, 7, dtype=dtype)]
+    expected = f(*args)
+    counts = {}
+    for split in (False, True):
+        monkeypatch.setattr(partition, "SPLIT_UNRELATED", split)
+        nb.clear_cache()
+        compiled = compile_fn(f)
+        for out, ref in zip(compiled(*args), expected):
+            assert_close(out, ref, dtype)
+        counts[split] = (region_count(), FUSION_CACHE.cache_info()["builds"])
+    assert counts[False] == (1, 1)
+    assert counts[True] == (4, 2)  # x's two readers together; a, b and c's regions are one definition
