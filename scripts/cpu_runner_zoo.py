@@ -18,7 +18,9 @@ they read) and how much of it lies in recordings the last step did not replay (N
 the replays, judged like the zoo's (``zoo_check.after_replays``). ``--allocator fresh``
 plays an allocator that never reuses a recording's memory for a later one, instead of the
 worst one (every later recording's outputs overwritten by a replay). ``--models all`` is the
-zoo and the wider zoo (``benchmarks/zoo_more.py``).
+zoo and the wider zoo (``benchmarks/zoo_more.py``). ``--nan-fill``: memory nobody wrote holds
+NaN (PyTorch's ``fill_uninitialized_memory``), as recycled GPU memory holds garbage, so a read
+of memory never written shows.
 """
 
 from __future__ import annotations
@@ -57,7 +59,12 @@ def main() -> int:
     p.add_argument("--held", action="store_true", help="memory the recordings hold, and how much is never replayed")
     p.add_argument("--accumulate", action="store_true", help="then gradient accumulation over two micro-batches")
     p.add_argument("--allocator", default="worst", choices=("worst", "fresh"))
+    p.add_argument("--nan-fill", action="store_true",
+                   help="memory nobody wrote holds NaN, as recycled GPU memory holds garbage (tests/conftest.py)")
     args = p.parse_args()
+    if args.nan_fill:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = True
     ReplayByRerun.worst = args.allocator == "worst"
     names = args.models.split(",") if args.models != "all" else [
         *(n for n in zoo.NAMES if n != "bert_dropout"), *zoo.more_entries()]
