@@ -164,11 +164,16 @@ def _announce_evaluator() -> None:
 # assumed not to share memory with anything written later. nvFuser returns an output that
 # only moves data as an alias of its input when it can (an expand then a clone came back so
 # on the H200), so an output that is a view (nvFuser makes aliases with ATen view ops) is
-# copied. The check is one attribute read per output; fresh outputs are left alone.
+# copied. The check is one attribute read per output; fresh outputs are left alone. An output
+# that is an input itself (a ``set``, a cast to the same dtype: nvFuser's evaluation of such
+# an alias hands back the input tensor, which is no view) is copied too: otherwise a
+# ``p.clone()`` of a parameter would change with the optimizer's next step. Which outputs
+# those are is found on an entry's first call (nvFuser decides aliases when it compiles,
+# for the layouts the entry key fixes) and copied on every call.
 
 
 class _NvFuserEntry:
-    __slots__ = ("run", "index", "single", "permutes", "dense")
+    __slots__ = ("run", "index", "single", "permutes", "dense", "inputs_out")
 
     def __init__(self, built: BuiltFusion, single: bool):
         self.run = built.fd.execute
@@ -176,11 +181,15 @@ class _NvFuserEntry:
         self.single = single
         self.permutes = built.output_permutes  # Note [Output layout contract]
         self.dense = built.dense_outputs
+        self.inputs_out: frozenset[int] | None = None  # outputs that are an input (found on the first call)
 
     def __call__(self, args):
         outs = self.run(args)
-        if any(o._is_view() for o in outs):  # Note [Fusion outputs are fresh tensors]
-            outs = [o.clone() if o._is_view() else o for o in outs]
+        if self.inputs_out is None:
+            ids = set(map(id, args))
+            self.inputs_out = frozenset(i for i, o in enumerate(outs) if id(o) in ids)
+        if self.inputs_out or any(o._is_view() for o in outs):  # Note [Fusion outputs are fresh tensors]
+            outs = [o.clone() if i in self.inputs_out or o._is_view() else o for i, o in enumerate(outs)]
         if self.dense:  # every permuted output is a dense one too
             outs = list(outs)
             for i in self.dense:

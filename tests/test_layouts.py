@@ -248,6 +248,25 @@ def test_fusion_outputs_that_alias_inputs_are_copied():
     torch.testing.assert_close(fresh, x * 2)
 
 
+def test_fusion_outputs_that_are_an_input_are_copied():
+    # Note [Fusion outputs are fresh tensors]: nvFuser hands back an input itself for an output
+    # that only aliases it (no view); a parameter's clone must not follow the parameter's updates.
+    from types import SimpleNamespace
+
+    from nvfuser_dtensor_backend.region import _NvFuserEntry
+
+    p, x = randn(4, 6), randn(4, 6)
+    fd = SimpleNamespace(execute=lambda args: [args[0], args[1] * 2])
+    built = SimpleNamespace(fd=fd, output_index=[0, 1], output_permutes=(), dense_outputs=())
+    entry = _NvFuserEntry(built, single=False)
+    for _ in range(2):  # found on the first call, copied on every call
+        clone, fresh = entry([p, x])
+        assert clone is not p and clone.untyped_storage().data_ptr() != p.untyped_storage().data_ptr()
+        torch.testing.assert_close(clone, p)
+        torch.testing.assert_close(fresh, x * 2)
+    assert entry.inputs_out == {0}
+
+
 def test_fallback_reason_names_the_failing_segment():
     # nvFuser's parallel compile error says only that a segment failed; the reason says which.
     from nvfuser_dtensor_backend.region import _first_line
