@@ -117,6 +117,12 @@ class _AnyCount:
 ANY_COUNT = _AnyCount()
 
 
+def on_storage(storage, like: torch.Tensor) -> torch.Tensor:
+    """A tensor with ``like``'s dtype, sizes, strides and offset, on ``storage``."""
+    return torch.empty(0, dtype=like.dtype, device=like.device).set_(
+        storage, like.storage_offset(), like.size(), like.stride())
+
+
 def overlaps(t: torch.Tensor, ranges: list[tuple[int, int]] | None) -> bool:
     """Whether ``t``'s storage overlaps one of ``ranges`` (None: every address)."""
     if ranges is None:
@@ -224,9 +230,7 @@ class Recording:
             storage = torch._C._construct_storage_from_data_pointer(address, device, nbytes)
             self.handed_out.append(storage)
             for i in indices:
-                o = self.outputs[i]
-                outs[i] = torch.empty(0, dtype=o.dtype, device=device).set_(
-                    storage, o.storage_offset(), o.size(), o.stride())
+                outs[i] = on_storage(storage, self.outputs[i])
 
     def revoke(self) -> None:
         """Makes what the last replay lent raise, with ``revoked_message``, when its data is read."""

@@ -88,7 +88,7 @@ from typing import Any, Callable
 
 import torch
 
-from .cuda_graph_memory import LENT, MADE, Recording, ledger_of, overlaps
+from .cuda_graph_memory import LENT, MADE, Recording, ledger_of, on_storage, overlaps
 from .padded_rows import padded_extent
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -263,9 +263,7 @@ def _copy_storage(outs: list, indices: list[int]) -> None:
     fresh = torch.empty(storage.nbytes(), dtype=torch.uint8, device=storage.device)
     fresh.copy_(torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage))
     for i in indices:
-        o = outs[i]
-        outs[i] = torch.empty(0, dtype=o.dtype, device=o.device).set_(
-            fresh.untyped_storage(), o.storage_offset(), o.size(), o.stride())
+        outs[i] = on_storage(fresh.untyped_storage(), outs[i])
 
 
 class GraphRunner:
@@ -439,8 +437,7 @@ class GraphRunner:
                 lender = ref() if ref is not None else None
                 if lender is not None:
                     real = lender.outputs[next(g[0] for g, address, _ in lender.lent if address == where[0])]
-                    outputs[i] = torch.empty(0, dtype=o.dtype, device=o.device).set_(
-                        real.untyped_storage(), o.storage_offset(), o.size(), o.stride())
+                    outputs[i] = on_storage(real.untyped_storage(), o)
                     lenders.append((ref, i))
                 continue
             elif i >= escaping:  # saved for the backward (a copied input too): the graph's own
