@@ -36,7 +36,7 @@ root = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(root), str(root / "tests")]
 
 from benchmarks import zoo, zoo_builders, zoo_check  # noqa: E402
-from helpers import RecordingWatch  # noqa: E402
+from helpers import RecordingWatch, fill_unwritten_memory_with_nan  # noqa: E402
 from test_cuda_graph_runner import ReplayByRerun  # noqa: E402
 
 import nvfuser_dtensor_backend as nb  # noqa: E402
@@ -60,11 +60,10 @@ def main() -> int:
     p.add_argument("--accumulate", action="store_true", help="then gradient accumulation over two micro-batches")
     p.add_argument("--allocator", default="worst", choices=("worst", "fresh"))
     p.add_argument("--nan-fill", action="store_true",
-                   help="memory nobody wrote holds NaN, as recycled GPU memory holds garbage (tests/conftest.py)")
+                   help="memory nobody wrote holds NaN, as recycled GPU memory holds garbage (as in the CPU tests)")
     args = p.parse_args()
     if args.nan_fill:
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.utils.deterministic.fill_uninitialized_memory = True
+        fill_unwritten_memory_with_nan()
     ReplayByRerun.worst = args.allocator == "worst"
     names = args.models.split(",") if args.models != "all" else [
         *(n for n in zoo.NAMES if n != "bert_dropout"), *zoo.more_entries()]

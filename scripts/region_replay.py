@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 import torch
+from torch._prims_common import compute_required_storage_length, make_contiguous_strides_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -107,7 +108,7 @@ def _make(d: dict, gen: torch.Generator, device: str):
         return d["value"]
     dtype = getattr(torch, d["dtype"])
     device = "cpu" if d["cpu_scalar"] else device
-    extent = d["offset"] + 1 + sum((n - 1) * s for n, s in zip(d["shape"], d["stride"]) if n > 0)
+    extent = compute_required_storage_length(d["shape"], d["stride"], d["offset"])
     if dtype == torch.bool:
         flat = torch.rand(extent, generator=gen) > 0.5
     elif not dtype.is_floating_point:
@@ -181,17 +182,9 @@ def replay_one(row: dict) -> str:
 
 
 def _summary(row: dict) -> str:
-    shapes = ", ".join(f"{d['dtype']}{d['shape']}" + ("" if d["stride"] == _contiguous(d["shape"]) else f"@{d['stride']}")
+    shapes = ", ".join(f"{d['dtype']}{d['shape']}" + ("" if tuple(d["stride"]) == make_contiguous_strides_for(d["shape"]) else f"@{d['stride']}")
                        for d in row["inputs"] if "dtype" in d)
     return f"{row['region']} ({','.join(row['ops'])[:120]}) [{shapes[:300]}]"
-
-
-def _contiguous(shape: list[int]) -> list[int]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.insert(0, step)
-        step *= max(n, 1)
-    return strides
 
 
 def run(path: str, start: int, child: bool) -> int:

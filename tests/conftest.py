@@ -7,14 +7,12 @@ import torch
 # Note [Output layout contract]); subprocesses started by tests inherit it.
 os.environ.setdefault("NVFUSER_DTENSOR_CHECK_LAYOUTS", "1")
 
-# Memory nobody wrote holds NaN (integers: their largest value) on the CPU, as memory the CUDA
-# caching allocator hands out again holds whatever was there: a region, a graph buffer or a
-# padded row that reads memory it never wrote gives NaN here too, where fresh CPU pages would
-# have read as zeros. PyTorch does this only in its deterministic mode, where an op without
-# a deterministic kernel warns instead of raising (``warn_only``); GPU runs are left as they are.
+# On the CPU, memory nobody wrote holds NaN, as recycled GPU memory holds garbage (the helper
+# says why); GPU runs are left as they are. Imported after the line above (the package is).
+from helpers import fill_unwritten_memory_with_nan  # noqa: E402
+
 if not torch.cuda.is_available():
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
+    fill_unwritten_memory_with_nan()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -257,6 +257,16 @@ class RecordingWatch:
         return sum(storages.values())
 
 
+def fill_unwritten_memory_with_nan() -> None:
+    """Memory nobody wrote holds NaN from here on (integers: their largest value), as memory
+    the CUDA caching allocator hands out again holds whatever was there: a region, a graph
+    buffer or a padded row that reads memory it never wrote gives NaN on the CPU too, where
+    fresh pages would have read as zeros. PyTorch does this only in its deterministic mode,
+    where an op without a deterministic kernel warns instead of raising (``warn_only``)."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+
+
 def logits_saved_by_a_loss_graph(device, make, steps: int = 6, **tol) -> int:
     """A head that saves nothing for its backward (``x + w``: its gradient is the incoming
     one) lends its logits to a loss after a graph break, which reads them in place and
