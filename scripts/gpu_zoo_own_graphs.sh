@@ -39,6 +39,7 @@ for m in ${REUSE_MODELS:-}; do  # gradient accumulation and kept gradients, CUDA
 done
 for m in ${ACCUM_ALONE:-}; do  # one arm per process: eager, and ours traced (the region before a fault) and verified
   timeout "$zt" python3 scripts/gpu_accumulate_alone.py "$m" --arm eager --steps 2 > "$w/logs/accum_${m}_eager.log" 2>&1 &
+  timeout "$zt" python3 scripts/gpu_accumulate_alone.py "$m" --arm graphs --steps 2 > "$w/logs/accum_${m}_graphs.log" 2>&1 &
   (CUDA_LAUNCH_BLOCKING=1 NVFUSER_DTENSOR_TRACE=1 timeout "$zt" python3 scripts/gpu_accumulate_alone.py "$m" --arm plain --steps 2 \
     --options '{"verify": true}' > "$w/logs/accum_${m}_plain_full.log" 2>&1;
    grep -v "trace\]" "$w/logs/accum_${m}_plain_full.log" | grep -vE "Warning|warn\(" > "$w/logs/accum_${m}_plain.log";
@@ -78,7 +79,7 @@ for m in ${REUSE_MODELS:-}; do echo "== reuse $m (bf16)"; grep -vE "Warning|warn
 for m in ${REPLAY_MODELS:-}; do echo "== regions of $m replayed alone"
   grep -E "MISMATCH|ERROR|FAULT|replayed|written|Error" "$w/logs/replay_$m.log" | cut -c1-400 | head -30; done
 for m in ${ACCUM_ALONE:-}; do echo "== accumulation alone $m: eager, then ours (verify; last lines before the end)"
-  tail -6 "$w/logs/accum_${m}_eager.log" | cut -c1-300; grep -E "step|OK|NOT|differs|Error" "$w/logs/accum_${m}_plain.log" | cut -c1-400 | head -30
+  tail -6 "$w/logs/accum_${m}_eager.log" | cut -c1-300; echo "-- graphs"; grep -vE "Warning|warn\(" "$w/logs/accum_${m}_graphs.log" | tail -8 | cut -c1-300; echo "-- plain"; grep -E "step|OK|NOT|differs|Error" "$w/logs/accum_${m}_plain.log" | cut -c1-400 | head -30
   tail -8 "$w/logs/accum_${m}_plain_last.log" | cut -c1-400; done
 echo "== call overhead"; grep -E "us/call" "$w/logs/call_overhead.log"
 echo "== top kernels, GPT-2 train"; cut -c1-170 "$w/logs/top_gpt2.log" | grep -vE "Warning|warn" | tail -45
