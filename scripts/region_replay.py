@@ -15,6 +15,11 @@ kills the process, so ``run`` replays in a child process and starts a new one af
 faulting region, which it names. So a fault or a wrong number of nvFuser itself, at a real
 model's shapes and layouts, shows apart from the model, the CUDA graphs and the allocator's
 state; if every region replays right, look there instead.
+
+``run --shared`` builds one definition per distinct text and runs the rows in their recorded
+order through it, as the backend's fusion cache does (Note [Fusion cache key]: sizes are not
+in the key, so a model's blocks of one structure at several sizes share one nvFuser
+``FusionExecutorCache``, which may reuse a kernel compiled for one size at another).
 """
 
 from __future__ import annotations
@@ -169,10 +174,14 @@ def evaluate(row: dict, inputs: list) -> list:
     return Evaluator(_Text(), {})(inputs)
 
 
-def replay_one(row: dict) -> str:
+def replay_one(row: dict, built: dict | None = None) -> str:
+    """``built``: definitions by text, shared between rows (``run --shared``)."""
     from nvfuser_dtensor_backend.verify import mismatch
 
-    fd = build(row)
+    if built is None:
+        fd = build(row)
+    else:
+        fd = built[row["text"]] if row["text"] in built else built.setdefault(row["text"], build(row))
     inputs = make_inputs(row)
     outs = fd.execute(inputs)
     torch.cuda.synchronize()
@@ -187,20 +196,22 @@ def _summary(row: dict) -> str:
     return f"{row['region']} ({','.join(row['ops'])[:120]}) [{shapes[:300]}]"
 
 
-def run(path: str, start: int, child: bool) -> int:
+def run(path: str, start: int, child: bool, shared: bool = False) -> int:
     rows = [json.loads(line) for line in open(path)]
     if child:  # replay from ``start`` on; print before each region, so a fault names it
+        built = {} if shared else None
         for i in range(start, len(rows)):
             print(f"@ {i}", flush=True)
             try:
-                verdict = replay_one(rows[i])
+                verdict = replay_one(rows[i], built)
             except Exception as e:  # noqa: BLE001 - an nvFuser error of this region; a fault ends the process
                 verdict = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
             print(f"= {i} {verdict}", flush=True)
         return 0
     bad, i = 0, start
     while i < len(rows):
-        proc = subprocess.run([sys.executable, __file__, "run", path, "--start", str(i), "--child"],
+        proc = subprocess.run([sys.executable, __file__, "run", path, "--start", str(i), "--child",
+                               *(["--shared"] if shared else [])],
                               capture_output=True, text=True)
         last = i
         for line in proc.stdout.splitlines():
@@ -235,10 +246,11 @@ def main(argv=None) -> int:
     x.add_argument("path")
     x.add_argument("--start", type=int, default=0)
     x.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    x.add_argument("--shared", action="store_true", help="one definition per distinct text, as the backend's cache")
     args = p.parse_args(argv)
     if args.cmd == "record":
         return record(args.model, args.size, args.dtype, args.out, args.device, args.steps)
-    return run(args.path, args.start, args.child)
+    return run(args.path, args.start, args.child, args.shared)
 
 
 if __name__ == "__main__":
