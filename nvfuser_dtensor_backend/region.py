@@ -344,8 +344,9 @@ class FusedRegion(torch.nn.Module):
         self.fallback_reason: str | None = None
         self._cuda_outputs = any(isinstance(o, fx.Node) and isinstance(o.meta.get("val"), torch.Tensor)
                                  and o.meta["val"].is_cuda for o in outs)
-        self._output_vals = ([o.meta.get("val") if isinstance(o, fx.Node) else None for o in outs]
-                             if options.check_layouts else None)
+        vals = [o.meta.get("val") if isinstance(o, fx.Node) else None for o in outs]
+        self._output_vals = vals if options.check_layouts else None
+        self._verify_vals = vals if options.verify else None  # the dtypes aten recorded
         self._tensor_outputs = sum(isinstance(o, fx.Node) and isinstance(o.meta.get("val"), torch.Tensor)
                                    and o.meta["val"].dim() >= 2 for o in outs)
         self._verify = options.verify and not verify.has_random_ops(self.ops)
@@ -381,8 +382,8 @@ class FusedRegion(torch.nn.Module):
         """``options.verify``: the region's result against PyTorch's on the same inputs."""
         ref = self.region(*args)
         outs, refs = ((out,), (ref,)) if self._single else (out, ref)
-        for i, (o, r) in enumerate(zip(outs, refs)):
-            why = verify.mismatch(o, r)
+        for i, (o, r, val) in enumerate(zip(outs, refs, self._verify_vals)):
+            why = verify.mismatch(verify.in_kernel_dtype(o, r, val), r)
             if why is not None and f"verify {i}" not in self._warned:  # once per output
                 self._warned.add(f"verify {i}")
                 message = (f"nvfuser_dtensor: region {self.name} ({', '.join(self.ops)}), output {i} "

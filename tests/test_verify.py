@@ -52,6 +52,20 @@ def test_mismatch_tolerances():
     assert "non-finite" in mismatch(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, 2.0]))
 
 
+def test_a_kernel_dtype_other_than_the_recorded_one_is_judged_in_the_recorded_dtype():
+    # a bf16 model's batch norm: aten records float32 running statistics, the CUDA kernel
+    # returns bf16; our output follows the record and is compared in its dtype
+    from nvfuser_dtensor_backend.verify import in_kernel_dtype, mismatch
+
+    out = randn(16, dtype=torch.float32)
+    kernel = out.to(torch.bfloat16)
+    assert mismatch(out, kernel) is not None
+    assert mismatch(in_kernel_dtype(out, kernel, torch.empty(16, device="meta")), kernel) is None
+    assert mismatch(in_kernel_dtype(out * 1.1, kernel, torch.empty(16, device="meta")), kernel) is not None
+    # an output whose dtype is not the recorded one is still reported
+    assert in_kernel_dtype(out, kernel, torch.empty(16, dtype=torch.bfloat16, device="meta")) is out
+
+
 def test_verify_option_is_checked(monkeypatch):
     with pytest.raises(OptionsError, match="verify must be a bool"):
         Options.from_dict({"verify": "yes"})
