@@ -18,27 +18,6 @@ INSTALL_HINT = (
 )
 
 
-# Note [No kernel reuse across sizes]
-# Definitions are shape-symbolic and shared across sizes (Note [Fusion cache key]), so one
-# nvFuser ``FusionExecutorCache`` meets a model's blocks of one structure at several sizes.
-# For a new size nvFuser by default reuses a compiled runtime whose heuristics come out the
-# same (its segmentation and kernels, with new launch parameters). On the H100 that reuse
-# faulted in EfficientNet-B0's forward ("an illegal memory access", segmentation group 7 of
-# the batch norm + SiLU + SE-mean region: its definition compiled at [32, 144, 56, 56], then
-# run at [32, 144, 28, 28]); earlier runs wrote outside their outputs (non-finite gradients,
-# labels overwritten) before faulting. The same region compiled for [32, 144, 28, 28] alone
-# runs right (scripts/region_replay.py run and run --shared, docs/nvfuser_faults.md item
-# 10). So every execute passes ``_disable_options=["kernel_reuse"]``: a new set of input sizes
-# segments and compiles a runtime of its own (one more compile per size, no more per call).
-# NVFUSER_DTENSOR_KERNEL_REUSE=1 brings nvFuser's reuse back for A/B runs.
-DISABLE_OPTIONS = [] if os.environ.get("NVFUSER_DTENSOR_KERNEL_REUSE") == "1" else ["kernel_reuse"]
-
-
-def executor(fd):
-    """``fd.execute`` with the backend's nvFuser options (Note [No kernel reuse across sizes])."""
-    return functools.partial(fd.execute, _disable_options=DISABLE_OPTIONS)
-
-
 class NvFuserMissingError(ImportError):
     """Raised when a graph is compiled but ``nvfuser_direct`` cannot be imported."""
 

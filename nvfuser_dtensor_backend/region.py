@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 from torch import fx
 
-from ._nvfuser import executor, version as nvfuser_version
+from ._nvfuser import version as nvfuser_version
 from .evaluator import Evaluator
 from .fusion import BuiltFusion, build_fusion, describe, memory_order, recorded_layout
 from .options import Options, env_flag
@@ -176,7 +176,7 @@ class _NvFuserEntry:
     __slots__ = ("run", "index", "single", "permutes", "dense", "inputs_out")
 
     def __init__(self, built: BuiltFusion, single: bool):
-        self.run = executor(built.fd)  # Note [No kernel reuse across sizes]
+        self.run = built.fd.execute
         self.index = built.output_index
         self.single = single
         self.permutes = built.output_permutes  # Note [Output layout contract]

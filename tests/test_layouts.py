@@ -240,7 +240,7 @@ def test_fusion_outputs_that_alias_inputs_are_copied():
     from nvfuser_dtensor_backend.region import _NvFuserEntry
 
     x = randn(4, 6)
-    fd = SimpleNamespace(execute=lambda args, **options: [args[0].view(4, 6), args[0] * 2])
+    fd = SimpleNamespace(execute=lambda args: [args[0].view(4, 6), args[0] * 2])
     built = SimpleNamespace(fd=fd, output_index=[0, 1], output_permutes=(), dense_outputs=())
     alias, fresh = _NvFuserEntry(built, single=False)([x])
     assert alias.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
@@ -256,7 +256,7 @@ def test_fusion_outputs_that_are_an_input_are_copied():
     from nvfuser_dtensor_backend.region import _NvFuserEntry
 
     p, x = randn(4, 6), randn(4, 6)
-    fd = SimpleNamespace(execute=lambda args, **options: [args[0], args[1] * 2])
+    fd = SimpleNamespace(execute=lambda args: [args[0], args[1] * 2])
     built = SimpleNamespace(fd=fd, output_index=[0, 1], output_permutes=(), dense_outputs=())
     entry = _NvFuserEntry(built, single=False)
     for _ in range(2):  # found on the first call, copied on every call
@@ -265,20 +265,6 @@ def test_fusion_outputs_that_are_an_input_are_copied():
         torch.testing.assert_close(clone, p)
         torch.testing.assert_close(fresh, x * 2)
     assert entry.inputs_out == {0}
-
-
-def test_regions_run_without_nvfuser_reusing_kernels_across_sizes():
-    # Note [No kernel reuse across sizes]: a definition shared across sizes must not run a
-    # kernel nvFuser compiled for another size (EfficientNet-B0's fault on the H100).
-    from types import SimpleNamespace
-
-    from nvfuser_dtensor_backend.region import _NvFuserEntry
-
-    seen = []
-    fd = SimpleNamespace(execute=lambda args, **options: seen.append(options) or [args[0] + 1])
-    built = SimpleNamespace(fd=fd, output_index=[0], output_permutes=(), dense_outputs=())
-    _NvFuserEntry(built, single=True)([randn(3)])
-    assert seen == [{"_disable_options": ["kernel_reuse"]}]
 
 
 def test_fallback_reason_names_the_failing_segment():

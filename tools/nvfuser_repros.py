@@ -256,59 +256,6 @@ def _convnext_layer_scale(name, FusionDefinition, DataType):
     print(name, "|", "; ".join(report))
 
 
-def _define_bn_silu_mean(fd, DataType):
-    """EfficientNet-B0's batch norm (training) + SiLU + squeeze-excitation mean region as the
-    backend defined it (forward.nvfuser_region_64, recorded on the H100 by
-    scripts/region_replay.py; benchmarks/results/h200_models_session19/regions_efficientnet_b0.jsonl)."""
-    x = fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=[True] * 4, dtype=DataType.BFloat16, is_cpu=False)
-    w, b, rm, rv = (fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.BFloat16, is_cpu=False)
-                    for _ in range(4))
-    xf = fd.ops.cast(x, dtype=DataType.Float)
-    mean, m2, _ = fd.ops.welford(xf, dims=[0, 2, 3])
-    centered = fd.ops.sub(xf, fd.ops.broadcast(mean, is_broadcast_dim=[True, False, True, True]))
-    n0, n2, n3 = (fd.ops.size(xf, dim=d) for d in (0, 2, 3))
-    count = fd.ops.mul(fd.ops.mul(fd.ops.cast(n0, dtype=DataType.Double), fd.ops.cast(n2, dtype=DataType.Double)),
-                       fd.ops.cast(n3, dtype=DataType.Double))
-    var = fd.ops.mul(m2, fd.ops.reciprocal(count))
-    rstd = fd.ops.rsqrt(fd.ops.add(var, 1e-05))
-    out = fd.ops.mul(centered, fd.ops.broadcast(rstd, is_broadcast_dim=[True, False, True, True]))
-    out = fd.ops.mul(out, fd.ops.broadcast(fd.ops.cast(w, dtype=DataType.Float), is_broadcast_dim=[True, False, True, True]))
-    out = fd.ops.add(out, fd.ops.broadcast(fd.ops.cast(b, dtype=DataType.Float), is_broadcast_dim=[True, False, True, True]))
-    out = fd.ops.cast(out, dtype=DataType.BFloat16)
-    new_rm = fd.ops.add(fd.ops.mul(mean, 0.1), fd.ops.mul(fd.ops.cast(rm, dtype=DataType.Float), 0.9))
-    numel = fd.ops.mul(fd.ops.mul(n0, n2), n3)
-    unbiased = fd.ops.div(fd.ops.mul(var, fd.ops.cast(numel, dtype=DataType.Float)),
-                          fd.ops.cast(fd.ops.sub(numel, 1), dtype=DataType.Float))
-    new_rv = fd.ops.add(fd.ops.mul(unbiased, 0.1), fd.ops.mul(fd.ops.cast(rv, dtype=DataType.Float), 0.9))
-    act = fd.ops.cast(fd.ops.silu(fd.ops.cast(out, dtype=DataType.Float)), dtype=DataType.BFloat16)
-    pooled = fd.ops.broadcast(fd.ops.sum(fd.ops.cast(act, dtype=DataType.Float), dims=[2, 3], dtype=DataType.Float),
-                              is_broadcast_dim=[False, False, True, True])
-    pooled = fd.ops.cast(fd.ops.div(pooled, fd.ops.cast(fd.ops.mul(n2, n3), dtype=DataType.Float)), dtype=DataType.BFloat16)
-    for t in (out, mean, rstd, new_rm, new_rv, act, pooled):
-        fd.add_output(t)
-
-
-def _bn_silu_mean(name, FusionDefinition, DataType):
-    """bn_silu_mean_<HW>[_<HW>...][_no_reuse]: one definition run at [32, 144, HW, HW] for each
-    size in turn (docs/nvfuser_faults.md item 10)."""
-    with FusionDefinition() as fd:
-        _define_bn_silu_mean(fd, DataType)
-    options = ["kernel_reuse"] if name.endswith("_no_reuse") else []
-    report = []
-    for hw in (int(p) for p in name.removeprefix("bn_silu_mean_").removesuffix("_no_reuse").split("_")):
-        x = torch.randn(32, 144, hw, hw, device="cuda", dtype=torch.bfloat16)
-        w, b, rm = (torch.randn(144, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        rv = torch.rand(144, device="cuda", dtype=torch.bfloat16) + 0.5
-        outs = fd.execute([x, w, b, rm, rv], _disable_options=options)
-        torch.cuda.synchronize()
-        ref = torch.nn.functional.batch_norm(x.float(), rm.float(), rv.float(), w.float(), b.float(), training=True)
-        act = torch.nn.functional.silu(ref.bfloat16().float())
-        err = max((outs[0].float() - ref).abs().max().item(), (outs[5].float() - act).abs().max().item(),
-                  (outs[6].float() - act.mean((2, 3), keepdim=True)).abs().max().item())
-        report.append(f"{hw}x{hw} max error {err:.3g}")
-    print(name, "|", "; ".join(report))
-
-
 def case(name: str) -> None:
     from nvfuser_direct import DataType, FusionDefinition
 
@@ -382,8 +329,6 @@ def case(name: str) -> None:
         print(name, "max error", (out.float() - ref.float()).abs().max().item())
     elif name.startswith("convnext_layer_scale"):
         _convnext_layer_scale(name, FusionDefinition, DataType)
-    elif name.startswith("bn_silu_mean_"):
-        _bn_silu_mean(name, FusionDefinition, DataType)
     elif name.startswith("qwen2_loss_forward_masked_sum"):
         # docs/nvfuser_faults.md item 6: the other region that first ran in nvFuser at 151936
         # classes when Qwen2's step faulted at 69d1dac.
@@ -404,8 +349,7 @@ def case(name: str) -> None:
         raise SystemExit(f"unknown case {name}")
 
 
-CASES = ["bn_silu_mean_28", "bn_silu_mean_56_28", "bn_silu_mean_56_28_no_reuse",
-         "convnext_layer_scale", "convnext_layer_scale_32_384_14", "convnext_layer_scale_contiguous", "convnext_layer_scale_add",
+CASES = ["convnext_layer_scale", "convnext_layer_scale_32_384_14", "convnext_layer_scale_contiguous", "convnext_layer_scale_add",
          "convnext_layer_scale_nhwc", "convnext_layer_scale_free", "convnext_layer_scale_8_768_7", "convnext_layer_scale_32_768_8",
          "expand_reshape", "expand_reshape_materialized", "qwen2_loss_backward_32000", "qwen2_loss_backward",
          "qwen2_loss_forward_masked_sum_32000", "qwen2_loss_forward_masked_sum", "block_region", "parts_iota_softmax", "parts_iota_softmax+mask", "parts_input_softmax",

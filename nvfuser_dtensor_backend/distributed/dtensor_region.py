@@ -20,7 +20,7 @@ from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 from torch.distributed.tensor.placement_types import Partial
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .._nvfuser import DISABLE_OPTIONS, use_communicator, version as nvfuser_version
+from .._nvfuser import use_communicator, version as nvfuser_version
 from .dtensor import (
     PlacementDesc,
     has_partial,
@@ -241,8 +241,7 @@ class _GlobalViewEntry(_DTensorEntry):
         self.contiguous = contiguous  # fusion outputs to return contiguous (_contiguous_outputs)
 
     def __call__(self, args):
-        outs = self.fd.execute([_local(a) if isinstance(a, torch.Tensor) else a for a in args],
-                               _disable_options=DISABLE_OPTIONS)  # Note [No kernel reuse across sizes]
+        outs = self.fd.execute([_local(a) if isinstance(a, torch.Tensor) else a for a in args])
         for i in self.contiguous:
             if not outs[i].is_contiguous():
                 outs[i] = outs[i].contiguous()

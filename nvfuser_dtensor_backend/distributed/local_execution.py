@@ -57,7 +57,6 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.experimental import implicit_replication
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
 
-from .._nvfuser import DISABLE_OPTIONS
 from .dtensor import has_partial, without_partial
 from .dtensor_region import (GlobalViewRegion, _GlobalViewEntry, _fast_key, _replicated_like, fake_dtensor,
                              holds_zero)
@@ -102,7 +101,7 @@ class _LocalRegionCall:
         fast = self.fast
         if fast is not None:
             try:
-                outs = fast.fd.execute(args, _disable_options=DISABLE_OPTIONS)  # Note [No kernel reuse across sizes]
+                outs = fast.fd.execute(args)
             except Exception:  # the region's own recovery decides (fallback, one warning)
                 self.fast = None
             else:

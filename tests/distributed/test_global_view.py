@@ -373,7 +373,7 @@ def _stub_region(mesh, expected, shardings, output_index, fd_outputs, region_out
         def __init__(self):
             self.calls = []
 
-        def execute(self, args, **options):  # _disable_options (Note [No kernel reuse across sizes])
+        def execute(self, args):
             self.calls.append(args)
             if fail:
                 raise RuntimeError("nvFuser failed")
