@@ -15,7 +15,8 @@
 # scripts/region_replay.py, every region of the model recorded on the GPU, then each replayed alone on
 # random inputs of its layouts against the evaluator (nvFuser's own faults and wrong numbers); GPU_TESTS
 # (default: every GPU test, scripts/gpu_tests.txt; interrupted at the deadline with SIGINT, so pytest still
-# prints its failures); everything in $OUT/all.tgz plus printed tables.
+# prints its failures); SANITIZE_MODELS: one plain training step under compute-sanitizer memcheck (the
+# first invalid access and its kernel), SANITIZE_REPLAY (jsonl files): recorded regions replayed under it; everything in $OUT/all.tgz plus printed tables.
 out="${OUT:-/tmp/gpu-zoo-own}"; w="$out/work"
 source scripts/gpu_prelude.sh "$w/logs"
 zt="${ZOO_TIMEOUT:-430}"
@@ -44,6 +45,17 @@ for m in ${ACCUM_ALONE:-}; do  # one arm per process: eager, and ours traced (th
     --options '{"verify": true}' > "$w/logs/accum_${m}_plain_full.log" 2>&1;
    grep -v "trace\]" "$w/logs/accum_${m}_plain_full.log" | grep -vE "Warning|warn\(" > "$w/logs/accum_${m}_plain.log";
    tail -40 "$w/logs/accum_${m}_plain_full.log" > "$w/logs/accum_${m}_plain_last.log"; rm -f "$w/logs/accum_${m}_plain_full.log") &
+done
+# Under compute-sanitizer the caching allocator is off (PYTORCH_NO_CUDA_MEMORY_CACHING=1): memcheck
+# knows only cudaMalloc's allocations, so a write past a tensor inside one of the allocator's
+# segments passes unseen otherwise (session 19's replays under memcheck were blind so).
+for m in ${SANITIZE_MODELS:-}; do  # one plain training step under compute-sanitizer: the first invalid access, by kernel
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$zt" /usr/local/cuda/bin/compute-sanitizer --tool memcheck --print-limit 6 python3 scripts/gpu_accumulate_alone.py "$m" \
+    --arm plain --steps 1 --micro 1 2>&1 | grep -vE "Warning|warn\(" | grep -vE "^=========\s+Host Frame" | head -150 > "$w/logs/sanitize_$m.log" &
+done
+for f in ${SANITIZE_REPLAY:-}; do  # recorded regions (region_replay.py record) replayed in order, shared, under memcheck
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$zt" /usr/local/cuda/bin/compute-sanitizer --tool memcheck --target-processes all \
+    --print-limit 6 python3 scripts/region_replay.py run "$f" --shared 2>&1 | grep -vE "Warning|warn\(" | head -150 > "$w/logs/sanitize_replay_$(basename "$f" .jsonl).log" &
 done
 for m in ${REPLAY_MODELS:-}; do  # every region alone, on inputs of the layouts the model gave it
   (timeout "$((zt / 2))" python3 scripts/region_replay.py record "$m" --device cuda --steps 2 --out "$w/logs/regions_$m.jsonl" \
@@ -78,6 +90,8 @@ for m in ${FAULT_PROBES:-}; do echo "== fault probe $m ${FAULT_OPTIONS:-}"; tail
 for m in ${REUSE_MODELS:-}; do echo "== reuse $m (bf16)"; grep -vE "Warning|warn\(" "$w/logs/reuse_$m.log" | tail -20 | cut -c1-400; done
 for m in ${REPLAY_MODELS:-}; do echo "== regions of $m replayed alone"
   grep -E "MISMATCH|ERROR|FAULT|replayed|written|Error" "$w/logs/replay_$m.log" | cut -c1-400 | head -30; done
+for m in ${SANITIZE_MODELS:-}; do echo "== compute-sanitizer memcheck, $m, one plain step"; grep -E "^=========|step|OK|NOT" "$w/logs/sanitize_$m.log" | head -40 | cut -c1-300; done
+for f in ${SANITIZE_REPLAY:-}; do echo "== compute-sanitizer memcheck, $f replayed"; grep -E "^=========|^[0-9]+: [A-Z]|replayed" "$w/logs/sanitize_replay_$(basename "$f" .jsonl).log" | head -40 | cut -c1-300; done
 for m in ${ACCUM_ALONE:-}; do echo "== accumulation alone $m: eager, then ours (verify; last lines before the end)"
   tail -6 "$w/logs/accum_${m}_eager.log" | cut -c1-300; echo "-- graphs"; grep -vE "Warning|warn\(" "$w/logs/accum_${m}_graphs.log" | tail -8 | cut -c1-300; echo "-- plain"; grep -E "step|OK|NOT|differs|Error" "$w/logs/accum_${m}_plain.log" | cut -c1-400 | head -30
   tail -8 "$w/logs/accum_${m}_plain_last.log" | cut -c1-400; done
