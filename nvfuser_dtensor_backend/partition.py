@@ -241,7 +241,14 @@ def _split_at_gemms(p, order: dict[fx.Node, int]) -> list:
 # region or by an input they both read (read once by one kernel). Each part is convex, and so
 # is any union of them: a path leaving a part reaches no other node of the region without
 # leaving the region and coming back, which the partitioner's region never allows. Off until
-# the H200 says whether first calls get shorter and what the extra launches cost.
+# the H200 says whether first calls get shorter and what the extra launches cost (on an H100
+# in session 19: ResNet-18's first call 105 s against 115 s, ViT-S/16's 28 s against 36 s,
+# kernels the same, benchmarks/results/h100_session19). A part whose every input from inside
+# the graph comes from one other region then joins that region (``_join_producers``): a
+# batch norm's running-statistics cast joins the batch norm's region, where it is one more
+# output of a kernel that runs anyway, instead of a region of its own. No cycle can appear:
+# a path into the part enters it through one of its inputs, all in that region or graph
+# inputs. The other parts become regions of their own, as before.
 SPLIT_UNRELATED = env_flag("NVFUSER_DTENSOR_SPLIT_UNRELATED")
 
 
@@ -264,6 +271,30 @@ def _connected_parts(p) -> list:
     for node in p.nodes:
         parts.setdefault(find(node), []).append(node)
     return [p] if len(parts) == 1 else [Partition(nodes=part) for part in parts.values()]
+
+
+def _join_producers(partitions: list) -> list:
+    """Each region's connected parts that read from exactly one other region moved into it,
+    then every region cut into its connected parts (Note [Unrelated parts of a region]).
+    One move at a time, on the regions as they stand: each keeps the regions convex and
+    free of cycles between them."""
+    groups: list[dict] = [dict(p.nodes) for p in partitions]
+    owner: dict[fx.Node, int] = {n: i for i, g in enumerate(groups) for n in g}
+    for i in range(len(groups)):
+        for part in _connected_parts(Partition(nodes=groups[i])):
+            if len(part.nodes) == len(groups[i]):
+                break  # one part: the region stays as it is
+            sources = {a for n in part.nodes for a in n.all_input_nodes
+                       if a not in part.nodes and a.op not in ("placeholder", "get_attr")}
+            owners = {owner.get(a) for a in sources}
+            if len(owners) != 1 or None in owners or i in owners:
+                continue
+            (j,) = owners
+            for n in part.nodes:
+                del groups[i][n]
+                groups[j][n] = None
+                owner[n] = j
+    return [part for g in groups if g for part in _connected_parts(Partition(nodes=g))]
 
 
 def _deterministic(node: fx.Node) -> bool:
@@ -291,7 +322,7 @@ def partition(
         order = {n: i for i, n in enumerate(gm.graph.nodes)}
         partitions = [piece for p in partitions for piece in _split_at_gemms(p, order)]
     if SPLIT_UNRELATED:
-        partitions = [part for p in partitions for part in _connected_parts(p)]
+        partitions = _join_producers(partitions)
     report = PartitionReport()
     kept = []
     for p in partitions:

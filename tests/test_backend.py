@@ -448,3 +448,27 @@ def test_split_unrelated_cuts_a_region_into_its_connected_parts(monkeypatch, dty
         counts[split] = (region_count(), FUSION_CACHE.cache_info()["builds"])
     assert counts[False] == (1, 1)
     assert counts[True] == (4, 2)  # x's two readers together; a, b and c's regions are one definition
+
+
+def test_split_unrelated_joins_a_part_to_the_region_it_reads(monkeypatch):
+    """A part of a region that reads only another region's values moves into that region
+    (Note [Unrelated parts of a region]): ``y * 3`` reads the ``sin`` region's ``y`` but FX's
+    partitioner put it with the ``relu`` after the matmul, which shares nothing with it."""
+    from nvfuser_dtensor_backend import partition
+
+    def f(x, w):
+        y = x.sin()
+        return (y @ w).relu(), y * 3
+
+    args = (randn(8, 16), randn(16, 4))
+    expected = f(*args)
+    regions = {}
+    for split in (False, True):
+        monkeypatch.setattr(partition, "SPLIT_UNRELATED", split)
+        nb.clear_cache()
+        nb.clear_reports()
+        for out, ref in zip(compile_fn(f)(*args), expected):
+            assert_close(out, ref)
+        regions[split] = sorted(sorted(ops) for ops in nb.reports()[-1].partition.regions)
+    assert regions[False] == [["aten.mul.Tensor", "aten.relu.default"], ["aten.sin.default"]]
+    assert regions[True] == [["aten.mul.Tensor", "aten.sin.default"], ["aten.relu.default"]]
