@@ -28,7 +28,9 @@ if [ -n "${ARM_MODELS:-}" ]; then  # an A/B arm beside the zoo (ARM_ENV: its swi
     --models "$ARM_MODELS" --modes train --timeout-s "$((zt - 15))" --warmup 3 --iters 10 \
     --backends "${ARM_BACKENDS:-nvfuser_dtensor}" --timing-lock "$w/timing.lock" --out "$w/arm" > "$w/logs/zoo_arm.log" 2>&1 &
 fi
-timeout -s INT -k 20 400 python3 -m pytest -q -p no:cacheprovider -rfEs --tb=short ${GPU_TESTS:-$(cat scripts/gpu_tests.txt)} > "$w/logs/gpu_tests.log" 2>&1 &
+# -v: every test's outcome is on its own line as it ends, so a run killed at its deadline
+# (session 19's printed no summary) still tells which passed and failed
+timeout -s INT -k 20 400 python3 -m pytest -v -p no:cacheprovider -rfEs --tb=short ${GPU_TESTS:-$(cat scripts/gpu_tests.txt)} > "$w/logs/gpu_tests.log" 2>&1 &
 fo="${FAULT_OPTIONS:-}"; [ -n "$fo" ] || fo='{}'
 for m in ${FAULT_PROBES:-}; do  # one training step per region call, synchronized and printed: a fault's region
   CUDA_LAUNCH_BLOCKING=1 NVFUSER_DTENSOR_TRACE=1 NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA=1 timeout 240 python3 scripts/gpu_fault_probe.py "$m" --steps 3 \
@@ -74,6 +76,8 @@ wait
   --backends eager,inductor,inductor:reduce-overhead,nvfuser_dtensor,nvfuser_dtensor:no_cuda_graphs > "$w/logs/call_overhead.log" 2>&1
 tar -czf "$out/all.tgz" -C "$w" .
 echo "== GPU tests"; grep -E "^(FAILED|ERROR)|passed|failed" "$w/logs/gpu_tests.log" | tail -12
+echo "per-test lines: $(grep -cE " PASSED" "$w/logs/gpu_tests.log") passed, $(grep -cE " FAILED" "$w/logs/gpu_tests.log") failed, $(grep -cE " ERROR" "$w/logs/gpu_tests.log") errors"
+grep -E "^tests/.* (FAILED|ERROR)" "$w/logs/gpu_tests.log" | cut -c1-200 | head -20
 echo "== zoo"; grep -E "^- nvfuser" "$w/h200_models/summary.md"; python3 scripts/zoo_table.py "$w/h200_models/results.json"
 grep -E "^\| [a-z]" "$w/h200_models/summary.md" | grep -v "| ok |" | cut -c1-400
 [ -n "${ARM_MODELS:-}" ] && { echo "== arm: ${ARM_ENV:-} ${ARM_BACKENDS:-nvfuser_dtensor}"; python3 scripts/zoo_table.py "$w/arm/results.json" | grep -E "^\| "; }
