@@ -53,11 +53,11 @@ done
 # segments passes unseen otherwise (session 19's replays under memcheck were blind so).
 for m in ${SANITIZE_MODELS:-}; do  # one plain training step under compute-sanitizer: the first invalid access, by kernel
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$zt" /usr/local/cuda/bin/compute-sanitizer --tool memcheck --print-limit 6 python3 scripts/gpu_accumulate_alone.py "$m" \
-    --arm plain --steps 1 --micro 1 2>&1 | grep -vE "Warning|warn\(" | grep -vE "^=========\s+Host Frame" | head -150 > "$w/logs/sanitize_$m.log" &
+    --arm plain --steps 1 --micro 1 > "$w/logs/sanitize_$m.log" 2>&1 &  # whole: a head would stop it early
 done
 for f in ${SANITIZE_REPLAY:-}; do  # recorded regions (region_replay.py record) replayed in order, shared, under memcheck
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$zt" /usr/local/cuda/bin/compute-sanitizer --tool memcheck --target-processes all \
-    --print-limit 6 python3 scripts/region_replay.py run "$f" --shared 2>&1 | grep -vE "Warning|warn\(" | head -150 > "$w/logs/sanitize_replay_$(basename "$f" .jsonl).log" &
+    --print-limit 6 python3 scripts/region_replay.py run "$f" --shared > "$w/logs/sanitize_replay_$(basename "$f" .jsonl).log" 2>&1 &
 done
 for m in ${REPLAY_MODELS:-}; do  # every region alone, on inputs of the layouts the model gave it
   (timeout "$((zt / 2))" python3 scripts/region_replay.py record "$m" --device cuda --steps 2 --out "$w/logs/regions_$m.jsonl" \
