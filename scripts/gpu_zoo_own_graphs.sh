@@ -94,8 +94,8 @@ for m in ${FAULT_PROBES:-}; do echo "== fault probe $m ${FAULT_OPTIONS:-}"; tail
 for m in ${REUSE_MODELS:-}; do echo "== reuse $m (bf16)"; grep -vE "Warning|warn\(" "$w/logs/reuse_$m.log" | tail -20 | cut -c1-400; done
 for m in ${REPLAY_MODELS:-}; do echo "== regions of $m replayed alone"
   grep -E "MISMATCH|ERROR|FAULT|replayed|written|Error" "$w/logs/replay_$m.log" | cut -c1-400 | head -30; done
-for m in ${SANITIZE_MODELS:-}; do echo "== compute-sanitizer memcheck, $m, one plain step"; grep -E "^=========|step|OK|NOT" "$w/logs/sanitize_$m.log" | head -40 | cut -c1-300; done
-for f in ${SANITIZE_REPLAY:-}; do echo "== compute-sanitizer memcheck, $f replayed"; grep -E "^=========|^[0-9]+: [A-Z]|replayed" "$w/logs/sanitize_replay_$(basename "$f" .jsonl).log" | head -40 | cut -c1-300; done
+for m in ${SANITIZE_MODELS:-}; do echo "== compute-sanitizer memcheck, $m, one plain step"; grep -E "^=========|step|OK|NOT" "$w/logs/sanitize_$m.log" | grep -v "Host Frame" | head -40 | cut -c1-300; done
+for f in ${SANITIZE_REPLAY:-}; do echo "== compute-sanitizer memcheck, $f replayed"; grep -E "^=========|^[0-9]+: [A-Z]|replayed" "$w/logs/sanitize_replay_$(basename "$f" .jsonl).log" | grep -v "Host Frame" | head -40 | cut -c1-300; done
 for m in ${ACCUM_ALONE:-}; do echo "== accumulation alone $m: eager, then ours (verify; last lines before the end)"
   tail -6 "$w/logs/accum_${m}_eager.log" | cut -c1-300; echo "-- graphs"; grep -vE "Warning|warn\(" "$w/logs/accum_${m}_graphs.log" | tail -8 | cut -c1-300; echo "-- plain"; grep -E "step|OK|NOT|differs|Error" "$w/logs/accum_${m}_plain.log" | cut -c1-400 | head -30
   tail -8 "$w/logs/accum_${m}_plain_last.log" | cut -c1-400; done
