@@ -283,7 +283,7 @@ def _join_producers(partitions: list) -> list:
     for i in range(len(groups)):
         for part in _connected_parts(Partition(nodes=groups[i])):
             if len(part.nodes) == len(groups[i]):
-                break  # one part: the region stays as it is
+                break  # what is left of the region is one part (or always was): it stays
             sources = {a for n in part.nodes for a in n.all_input_nodes
                        if a not in part.nodes and a.op not in ("placeholder", "get_attr")}
             owners = {owner.get(a) for a in sources}

@@ -181,7 +181,9 @@ def replay_one(row: dict, built: dict | None = None) -> str:
     if built is None:
         fd = build(row)
     else:
-        fd = built[row["text"]] if row["text"] in built else built.setdefault(row["text"], build(row))
+        if row["text"] not in built:
+            built[row["text"]] = build(row)
+        fd = built[row["text"]]
     inputs = make_inputs(row)
     outs = fd.execute(inputs)
     torch.cuda.synchronize()

@@ -52,9 +52,9 @@ def test_mismatch_tolerances():
     assert "non-finite" in mismatch(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, 2.0]))
 
 
-def test_a_kernel_dtype_other_than_the_recorded_one_is_judged_in_the_recorded_dtype():
+def test_a_kernel_dtype_other_than_the_recorded_one_is_judged_in_the_kernel_dtype():
     # a bf16 model's batch norm: aten records float32 running statistics, the CUDA kernel
-    # returns bf16; our output follows the record and is compared in its dtype
+    # returns bf16; our output follows the record and is compared in the kernel's dtype
     from nvfuser_dtensor_backend.verify import in_kernel_dtype, mismatch
 
     out = randn(16, dtype=torch.float32)
