@@ -18,6 +18,7 @@ from torch import fx
 
 from . import translators  # noqa: F401  (registers every translator)
 from ._nvfuser import nvfuser, to_nv_dtype
+from .options import env_flag
 from .registry import TranslationContext, Translator, lookup
 
 
@@ -198,6 +199,15 @@ def memory_order(val) -> list[int] | None:
     return sorted(range(len(stride_order)), key=lambda d: -stride_order[d])
 
 
+# A/B switch (read at import, on by default): ``NVFUSER_DTENSOR_PIN_ROW_MAJOR=0`` gives an
+# output already in row-major order no allocation domain, only the copy ``stride_order=[]``
+# makes (what ``repr(fd)`` prints, so what the region replays and the CPU evaluator ran); it is
+# still made dense after the run. For EfficientNet-B0's fault (docs/nvfuser_faults.md item 9):
+# its batch-norm regions' outputs are row-major and their replays without the allocation
+# domains ran right.
+PIN_ROW_MAJOR = env_flag("NVFUSER_DTENSOR_PIN_ROW_MAJOR", default=True)
+
+
 def _laid_out(ops, value, val) -> tuple[Any, tuple[int, ...] | None]:
     """``value`` as a fusion output in the memory order of ``val``, and the permutation
     that gives its logical dims back (None: none needed). See Note [Output layout contract]."""
@@ -205,6 +215,8 @@ def _laid_out(ops, value, val) -> tuple[Any, tuple[int, ...] | None]:
     if order is None:
         return value, None
     inverse = None
+    if not PIN_ROW_MAJOR and order == list(range(len(order))):
+        return ops.stride_order(value, []), None  # a plain copy, no allocation domain
     if order != list(range(len(order))):
         value = ops.permute(value, order)
         inverse = tuple(sorted(range(len(order)), key=order.__getitem__))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -124,12 +125,30 @@ def _make(d: dict, gen: torch.Generator, device: str):
     return flat.to(device).as_strided(d["shape"], d["stride"], d["offset"])
 
 
-def build(row: dict):
-    """The recorded definition as an nvFuser FusionDefinition (builds on the CPU too)."""
+_PINNED = re.compile(r"(\w+) = fd\.ops\.stride_order\((\w+), stride_order=\[\]\)")
+
+
+def pinned_text(text: str, pin: str = "all") -> str:
+    """``text`` with its outputs' row-major allocation domains back, as the backend defined
+    them: nvFuser prints the row-major ``stride_order`` as ``stride_order=[]``, which rebuilt
+    is a plain copy with no allocation domain (Note [Output layout contract]). ``pin``:
+    "all" (the backend's definition), "none" (the printed text as it is) or the names of the
+    ``stride_order`` results to pin, comma-separated (``tv41,tv47``)."""
+    names = None if pin == "all" else set() if pin == "none" else set(pin.split(","))
+
+    def sub(m):
+        return m.group(0) if names is not None and m.group(1) not in names else \
+            f"{m.group(1)} = fd.ops.stride_order({m.group(2)}, stride_order=list(range({m.group(2)}.ndim - 1, -1, -1)))"
+    return _PINNED.sub(sub, text)
+
+
+def build(row: dict, pin: str = "all"):
+    """The recorded definition as an nvFuser FusionDefinition (builds on the CPU too), its
+    outputs pinned as ``pinned_text`` says."""
     from nvfuser_direct import DataType, FusionDefinition
 
     namespace = {"DataType": DataType, "FusionDefinition": FusionDefinition, "inf": float("inf"), "nan": float("nan")}
-    exec(compile(row["text"], "<region>", "exec"), namespace)  # noqa: S102 - text nvFuser printed
+    exec(compile(pinned_text(row["text"], pin), "<region>", "exec"), namespace)  # noqa: S102 - text nvFuser printed
     with FusionDefinition() as fd:
         namespace["nvfuser_fusion"](_Defining(fd))
     return fd
@@ -174,15 +193,15 @@ def evaluate(row: dict, inputs: list) -> list:
     return Evaluator(_Text(), {})(inputs)
 
 
-def replay_one(row: dict, built: dict | None = None) -> str:
+def replay_one(row: dict, built: dict | None = None, pin: str = "all") -> str:
     """``built``: definitions by text, shared between rows (``run --shared``)."""
     from nvfuser_dtensor_backend.verify import mismatch
 
     if built is None:
-        fd = build(row)
+        fd = build(row, pin)
     else:
         if row["text"] not in built:
-            built[row["text"]] = build(row)
+            built[row["text"]] = build(row, pin)
         fd = built[row["text"]]
     inputs = make_inputs(row)
     outs = fd.execute(inputs)
@@ -198,14 +217,14 @@ def _summary(row: dict) -> str:
     return f"{row['region']} ({','.join(row['ops'])[:120]}) [{shapes[:300]}]"
 
 
-def run(path: str, start: int, child: bool, shared: bool = False) -> int:
-    rows = [json.loads(line) for line in open(path)]
+def run(path: str, start: int, child: bool, shared: bool = False, stop: int | None = None, pin: str = "all") -> int:
+    rows = [json.loads(line) for line in open(path)][:stop]
     if child:  # replay from ``start`` on; print before each region, so a fault names it
         built = {} if shared else None
         for i in range(start, len(rows)):
             print(f"@ {i}", flush=True)
             try:
-                verdict = replay_one(rows[i], built)
+                verdict = replay_one(rows[i], built, pin)
             except Exception as e:  # noqa: BLE001 - an nvFuser error of this region; a fault ends the process
                 verdict = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
             print(f"= {i} {verdict}", flush=True)
@@ -213,7 +232,8 @@ def run(path: str, start: int, child: bool, shared: bool = False) -> int:
     bad, i = 0, start
     while i < len(rows):
         proc = subprocess.run([sys.executable, __file__, "run", path, "--start", str(i), "--child",
-                               *(["--shared"] if shared else [])],
+                               *(["--shared"] if shared else []), "--pin", pin,
+                               *(["--stop", str(stop)] if stop is not None else [])],
                               capture_output=True, text=True)
         last = i
         for line in proc.stdout.splitlines():
@@ -249,10 +269,13 @@ def main(argv=None) -> int:
     x.add_argument("--start", type=int, default=0)
     x.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     x.add_argument("--shared", action="store_true", help="one definition per distinct text, as the backend's cache")
+    x.add_argument("--stop", type=int, help="replay the rows before this one only")
+    x.add_argument("--pin", default="all", help="outputs whose row-major layout is pinned: all (as the backend), none, "
+                   "or names of stride_order results (tv41,tv47); see pinned_text")
     args = p.parse_args(argv)
     if args.cmd == "record":
         return record(args.model, args.size, args.dtype, args.out, args.device, args.steps)
-    return run(args.path, args.start, args.child, args.shared)
+    return run(args.path, args.start, args.child, args.shared, args.stop, args.pin)
 
 
 if __name__ == "__main__":

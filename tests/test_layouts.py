@@ -59,6 +59,21 @@ def test_outputs_in_every_memory_order_have_aten_strides():
         assert got.stride() == want.stride()
 
 
+def test_outputs_unpinned_by_the_ab_switch_keep_aten_strides(monkeypatch):
+    # NVFUSER_DTENSOR_PIN_ROW_MAJOR=0 (fusion.PIN_ROW_MAJOR): outputs already row-major get no
+    # allocation domain; they are still made dense, and a permuted order is still pinned.
+    from nvfuser_dtensor_backend import fusion
+
+    monkeypatch.setattr(fusion, "PIN_ROW_MAJOR", False)
+    x = torch.randn(2, 3, 4, 5)
+    xp = x.permute(2, 0, 3, 1)
+    f = lambda x, xp: (x.exp(), x.sum((2, 3), keepdim=True), (xp + 1).contiguous(), xp * 2)  # noqa: E731
+    compiled = _compile(f, check_layouts=True)
+    for got, want in zip(compiled(x, xp), f(x, xp)):
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()
+
+
 def test_the_test_suite_checks_layouts():
     assert Options.from_dict({}).check_layouts  # tests/conftest.py sets NVFUSER_DTENSOR_CHECK_LAYOUTS=1
     assert not Options.from_dict({"check_layouts": False}).check_layouts

@@ -298,6 +298,28 @@ def test_region_replay_records_definitions_that_rebuild_and_evaluate(tmp_path):
         rr.build(broken)
 
 
+def test_region_replay_pins_the_row_major_outputs_the_print_dropped():
+    """nvFuser prints the backend's row-major ``stride_order`` as ``stride_order=[]``, a plain
+    copy when rebuilt; the replay pins it back (all, none, or the named results)."""
+    rr = _script("region_replay")
+    text = ("def nvfuser_fusion(fd : FusionDefinition) -> None :\n"
+            "    tv0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, is_cpu=False)\n"
+            "    tv1 = fd.ops.exp(tv0)\n"
+            "    tv2 = fd.ops.sum(tv0, dims=[1], dtype=DataType.Float)\n"
+            "    tv3 = fd.ops.stride_order(tv1, stride_order=[])\n"
+            "    tv4 = fd.ops.stride_order(tv2, stride_order=[])\n"
+            "    fd.add_output(tv3)\n    fd.add_output(tv4)\n")
+    pinned = "stride_order=list(range({}.ndim - 1, -1, -1))"
+    assert rr.pinned_text(text, "none") == text
+    assert rr.pinned_text(text).count("stride_order=[]") == 0
+    assert pinned.format("tv1") in rr.pinned_text(text) and pinned.format("tv2") in rr.pinned_text(text)
+    only = rr.pinned_text(text, "tv4")
+    assert pinned.format("tv2") in only and "stride_order(tv1, stride_order=[])" in only
+    row = {"region": "r", "ops": [], "inputs": [], "text": text}
+    for pin in ("all", "none", "tv4"):
+        assert len(rr.build(row, pin).fusion.outputs()) == 2
+
+
 def test_region_replay_goes_on_after_a_region_that_kills_its_process(tmp_path, capsys):
     """A CUDA fault kills the replaying process: ``run`` names that region and replays the
     rest in a new one (here a definition that exits its process stands in for the fault; on
