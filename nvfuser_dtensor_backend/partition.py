@@ -229,6 +229,52 @@ def _split_at_gemms(p, order: dict[fx.Node, int]) -> list:
     return [p] if len(pieces) == 1 else [Partition(nodes=piece) for piece in pieces]
 
 
+# Note [No reduction after a batch norm]
+# nvFuser 0.2.36 writes out of bounds when one fusion holds a training batch norm (its
+# statistics an outer ``welford`` over every dim but the channels, with per-channel outputs:
+# the mean, rstd and updated running statistics) and a later reduction of its result over
+# other dims: EfficientNet-B0's batch norm + SiLU + squeeze-excitation mean. Under
+# compute-sanitizer (caching allocator off) every such region of the model wrote 4-byte floats
+# at ``[blockIdx.x]`` of a per-channel output, thousands of them past its end, from the
+# kernel of the later reduction (one block per (image, channel) row): the labels got
+# overwritten, and the first forward died with "an illegal memory access" or "an illegal
+# instruction" (docs/nvfuser_faults.md item 9). The same region with fewer per-channel
+# outputs, or without the mean, ran clean; a ``segment_set`` on the statistics or two-pass
+# statistics instead of ``welford`` did not help (H100, session 20,
+# ``scripts/gpu_bn_oob.sh``). So a reduction that reads a batch norm of its region
+# (directly or through other nodes of the region) starts a piece of its own, and what reads it
+# follows it, as with matmuls (Note [One matmul per region]: a node's piece is at least its
+# inputs', so the pieces are convex and form no cycle). The SE mean then reads the SiLU's
+# output, which the region outputs anyway for the SE multiply.
+BATCH_NORMS = frozenset({aten._native_batch_norm_legit_functional.default})
+REDUCTIONS = BATCH_NORMS | frozenset({
+    aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default, aten.amax.default, aten.amin.default,
+    aten.var.correction, aten.var_mean.correction, aten.prod.dim_int, aten.prod.default, aten.any.dim, aten.any.dims,
+    aten.any.default, aten._softmax.default, aten._log_softmax.default, aten.native_layer_norm.default})
+
+
+def _split_after_batch_norms(p, order: dict[fx.Node, int]) -> list:
+    """``p`` cut so that no reduction follows a batch norm in its piece (Note [No reduction
+    after a batch norm])."""
+    if not any(n.target in BATCH_NORMS for n in p.nodes):
+        return [p]
+    piece_of: dict[fx.Node, int] = {}
+    after_bn: set[fx.Node] = set()  # nodes that read a batch norm of their own piece
+    pieces: list[list[fx.Node]] = [[]]
+    for node in sorted(p.nodes, key=order.__getitem__):
+        inputs = [a for a in node.all_input_nodes if a in piece_of]
+        piece = max((piece_of[a] for a in inputs), default=0)
+        reads_bn = any(a in after_bn or a.target in BATCH_NORMS for a in inputs if piece_of[a] == piece)
+        if reads_bn and node.target in REDUCTIONS:
+            pieces.append([])
+            piece, reads_bn = len(pieces) - 1, False
+        piece_of[node] = piece
+        pieces[piece].append(node)
+        if reads_bn:
+            after_bn.add(node)
+    return [p] if len(pieces) == 1 else [Partition(nodes=piece) for piece in pieces]
+
+
 # Note [Unrelated parts of a region]
 # FX's partitioner merges every two partitions it can without a cycle, so pieces that share
 # nothing end up in one region: every batch norm's running-statistics update of ResNet-18's
@@ -318,9 +364,10 @@ def partition(
     support = NvFuserSupport(fuse_matmul, on_cuda=_graph_on_cuda(gm))
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
     if fuse_matmul and one_gemm_per_region:
-        order = {n: i for i, n in enumerate(gm.graph.nodes)}
         partitions = [piece for p in partitions for piece in _split_at_gemms(p, order)]
+    partitions = [piece for p in partitions for piece in _split_after_batch_norms(p, order)]
     if SPLIT_UNRELATED:
         partitions = _join_producers(partitions)
     report = PartitionReport()

@@ -472,3 +472,29 @@ def test_split_unrelated_joins_a_part_to_the_region_it_reads(monkeypatch):
         regions[split] = sorted(sorted(ops) for ops in nb.reports()[-1].partition.regions)
     assert regions[False] == [["aten.mul.Tensor", "aten.relu.default"], ["aten.sin.default"]]
     assert regions[True] == [["aten.mul.Tensor", "aten.sin.default"], ["aten.relu.default"]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_reduction_after_a_batch_norm_starts_a_region(dtype):
+    """Note [No reduction after a batch norm]: EfficientNet's batch norm + SiLU +
+    squeeze-excitation mean made nvFuser write out of bounds on the GPU; the mean and what
+    follows it leave the batch norm's region. Values and running statistics are eager's."""
+    import torch.nn.functional as F
+
+    def f(x, w, b, rm, rv):
+        y = F.silu(F.batch_norm(x, rm, rv, w, b, training=True))
+        return y * y.mean((2, 3), keepdim=True).sigmoid()
+
+    x, w, b = randn(4, 6, 5, 5, dtype=dtype), randn(6, dtype=dtype), randn(6, dtype=dtype)
+    stats = (randn(6, dtype=dtype), randn(6, dtype=dtype).abs() + 0.5)
+    ref_stats = [s.clone() for s in stats]
+    expected = f(x, w, b, *ref_stats)
+    nb.clear_cache()
+    nb.clear_reports()
+    assert_close(compile_fn(f)(x, w, b, *stats), expected, dtype)
+    for got, ref in zip(stats, ref_stats):
+        assert_close(got, ref, dtype)
+    regions = nb.reports()[-1].partition.regions
+    with_bn = [r for r in regions if "aten._native_batch_norm_legit_functional.default" in r]
+    assert len(with_bn) == 1 and "aten.silu.default" in with_bn[0] and "aten.mean.dim" not in with_bn[0]
+    assert any("aten.mean.dim" in r for r in regions)
