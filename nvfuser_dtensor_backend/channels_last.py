@@ -26,15 +26,18 @@ graph that dynamo recorded as contiguous (or channels-last) is made so again, a 
 its layout changed. That matters beyond looks: the next graph after a graph break was traced,
 and is guarded, on those strides.
 
-**Off on CUDA** (``refusal``), whatever the option says, until a CUDA fault is understood:
-on the H200, with it, EfficientNet-B0's first training step hit "an illegal memory access"
-(reported by a batch-norm region whose definition had just run right on the same layouts,
-so possibly the cuDNN depthwise convolution before it), two of its GPU tests failed, and it
-made no model faster (ResNet-18's kernels 6.14 ms against 4.00;
-benchmarks/results/h200_defaults_ab_session15, h200_models_session15). A fault kills the
-user's process, so the option is refused there with a warning.
-``NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA=1`` (read at import) turns it on for the GPU checks
-that look for the fault.
+**Off on CUDA** (``refusal``), whatever the option says: it made no model faster on the H200
+(ResNet-18's kernels 6.14 ms against 4.00; benchmarks/results/h200_defaults_ab_session15,
+h200_models_session15). It was first refused for
+EfficientNet-B0's "illegal memory access"; that fault came with or without it, from nvFuser's
+out-of-bounds writes in batch norm + SE-mean regions (docs/nvfuser_faults.md item 9, avoided
+by Note [No reduction after a batch norm]). Why it is slower is the open question: on the
+CPU, 10 of tiny ResNet-18's 48 region signatures with it run on row-major copies of their
+NHWC inputs (Note [Mixed input layouts with several outputs], region.py), because a
+[1, C, 1, 1] statistic, both row-major and channels-last, counts as row-major there; without
+it, cuDNN's NCHW/NHWC transposes are 1.23 of ResNet-18's 4.25 ms of training kernels on an
+H100 (benchmarks/results/h100_session20). ``NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA=1`` (read at
+import) turns it on for the GPU checks.
 
 Code that assumed NCHW memory (``x.view(n, -1)`` of a 4-d activation) fails AOTAutograd's
 trace; the backend then compiles the graph again without the rewrite, with one warning
@@ -56,8 +59,8 @@ from .options import env_flag
 log = logging.getLogger("nvfuser_dtensor_backend")
 
 ON_CUDA = env_flag("NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA")  # see the Note: off on CUDA otherwise
-OFF_ON_CUDA = ("off on CUDA until a CUDA fault is understood: with it EfficientNet-B0 hit an illegal memory access "
-               "on the H200, and it made no model faster (Note [Channels-last convolutions])")
+OFF_ON_CUDA = ("off on CUDA: it made no model faster on the H200 (Note [Channels-last convolutions]; "
+               "NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA=1 turns it on)")
 
 CONV2D = (torch.conv2d, torch.nn.functional.conv2d)
 

@@ -29,7 +29,7 @@ from benchmarks.run import parse_backend  # noqa: E402
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("model", choices=zoo.NAMES)
+    p.add_argument("model", choices=[*zoo.NAMES, *zoo.more_entries()])  # the wider zoo too (efficientnet_b0)
     p.add_argument("--backends", default="eager,inductor,nvfuser_dtensor")
     p.add_argument("--mode", default="train", choices=("train", "infer"))
     p.add_argument("--size", default="real", choices=("real", "tiny"))

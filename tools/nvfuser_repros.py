@@ -256,10 +256,38 @@ def _convnext_layer_scale(name, FusionDefinition, DataType):
     print(name, "|", "; ".join(report))
 
 
+def _efficientnet_bn_se_mean(name, FusionDefinition, DataType):
+    """docs/nvfuser_faults.md item 9: EfficientNet-B0's batch norm (training) + SiLU + SE mean
+    region at [32, 144, 28, 28], as nvFuser printed the backend's definition (session-19
+    recording, row 15). Run it under ``PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer
+    --tool memcheck``: the kernel of the SE mean writes per-channel floats at [blockIdx.x],
+    far past their end; with the caching allocator on, the writes land unseen in its segments.
+    ``_no_mean`` leaves the SE mean's output out, ``_no_rstd`` the rstd output."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks/results/h100_session19/regions_efficientnet_b0.jsonl"
+    text = json.loads(path.read_text().splitlines()[15])["text"]
+    drop = {"_no_mean": "    fd.add_output(tv47)\n", "_no_rstd": "    fd.add_output(tv43)\n"}.get(name.removeprefix("efficientnet_bn_se_mean"), "")
+    namespace = {"DataType": DataType, "FusionDefinition": FusionDefinition}
+    exec(compile(text.replace(drop, "") if drop else text, "<efficientnet_bn_se_mean>", "exec"), namespace)  # noqa: S102
+    with FusionDefinition() as fd:
+        namespace["nvfuser_fusion"](fd)
+    x = torch.randn(32, 144, 28, 28, device="cuda", dtype=torch.bfloat16)
+    w, b, rm = (torch.randn(144, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    rv = torch.rand(144, device="cuda", dtype=torch.bfloat16) + 0.5
+    outs = fd.execute([x, w, b, rm, rv])
+    torch.cuda.synchronize()
+    ref = torch.nn.functional.batch_norm(x.float(), rm.float().clone(), rv.float().clone(), w.float(), b.float(), training=True)
+    print(name, "batch norm max error", (outs[0].float() - ref).abs().max().item(), "outputs", len(outs))
+
+
 def case(name: str) -> None:
     from nvfuser_direct import DataType, FusionDefinition
 
-    if name.startswith("heads_"):
+    if name.startswith("efficientnet_bn_se_mean"):
+        _efficientnet_bn_se_mean(name, FusionDefinition, DataType)
+    elif name.startswith("heads_"):
         strided = "contiguous" not in name
         pin = "pinned" in name
         with FusionDefinition() as fd:
@@ -349,7 +377,7 @@ def case(name: str) -> None:
         raise SystemExit(f"unknown case {name}")
 
 
-CASES = ["convnext_layer_scale", "convnext_layer_scale_32_384_14", "convnext_layer_scale_contiguous", "convnext_layer_scale_add",
+CASES = ["efficientnet_bn_se_mean", "efficientnet_bn_se_mean_no_mean", "efficientnet_bn_se_mean_no_rstd", "convnext_layer_scale", "convnext_layer_scale_32_384_14", "convnext_layer_scale_contiguous", "convnext_layer_scale_add",
          "convnext_layer_scale_nhwc", "convnext_layer_scale_free", "convnext_layer_scale_8_768_7", "convnext_layer_scale_32_768_8",
          "expand_reshape", "expand_reshape_materialized", "qwen2_loss_backward_32000", "qwen2_loss_backward",
          "qwen2_loss_forward_masked_sum_32000", "qwen2_loss_forward_masked_sum", "block_region", "parts_iota_softmax", "parts_iota_softmax+mask", "parts_input_softmax",
