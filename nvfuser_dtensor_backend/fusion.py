@@ -201,10 +201,10 @@ def memory_order(val) -> list[int] | None:
 
 # A/B switch (read at import, on by default): ``NVFUSER_DTENSOR_PIN_ROW_MAJOR=0`` gives an
 # output already in row-major order no allocation domain, only the copy ``stride_order=[]``
-# makes (what ``repr(fd)`` prints, so what the region replays and the CPU evaluator ran); it is
-# still made dense after the run. For EfficientNet-B0's fault (docs/nvfuser_faults.md item 9):
-# its batch-norm regions' outputs are row-major and their replays without the allocation
-# domains ran right.
+# makes (what ``repr(fd)`` prints, so what the CPU evaluator and printed-text replays run); it
+# is still made dense after the run. For telling nvFuser bugs that follow the pinned layouts
+# (ConvNeXt's wrong values went away without them, docs/nvfuser_faults.md item 8) from others:
+# EfficientNet-B0's out-of-bounds writes (item 9) came either way.
 PIN_ROW_MAJOR = env_flag("NVFUSER_DTENSOR_PIN_ROW_MAJOR", default=True)
 
 

@@ -235,13 +235,13 @@ def _split_at_gemms(p, order: dict[fx.Node, int]) -> list:
 # the mean, rstd and updated running statistics) and a later reduction of its result over
 # other dims: EfficientNet-B0's batch norm + SiLU + squeeze-excitation mean. Under
 # compute-sanitizer (caching allocator off) every such region of the model wrote 4-byte floats
-# at ``[blockIdx.x]`` of a per-channel output, thousands of them past its end, from the
-# kernel of the later reduction (one block per (image, channel) row): the labels got
+# at ``[blockIdx.x]`` of a per-channel output, thousands of them past its end, most likely
+# from the kernel of the later reduction (one block per (image, channel) row): the labels got
 # overwritten, and the first forward died with "an illegal memory access" or "an illegal
-# instruction" (docs/nvfuser_faults.md item 9). The same region with fewer per-channel
-# outputs, or without the mean, ran clean; a ``segment_set`` on the statistics or two-pass
-# statistics instead of ``welford`` did not help (H100, session 20,
-# ``scripts/gpu_bn_oob.sh``). So a reduction that reads a batch norm of its region
+# instruction" (docs/nvfuser_faults.md item 9). Batch norm + SiLU without the SE mean ran
+# clean, and so did the region with its rstd or its running statistics left out; a
+# ``segment_set`` on the statistics or two-pass statistics instead of ``welford`` did not help
+# (H100, session 20, ``scripts/gpu_bn_oob.sh``). So a reduction that reads a batch norm of its region
 # (directly or through other nodes of the region) starts a piece of its own, and what reads it
 # follows it, as with matmuls (Note [One matmul per region]: a node's piece is at least its
 # inputs', so the pieces are convex and form no cycle). The SE mean then reads the SiLU's

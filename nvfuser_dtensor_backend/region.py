@@ -231,12 +231,22 @@ def _channels_last(t: torch.Tensor) -> bool:
             and recorded_layout(t) is not None)
 
 
+# A/B switch (read at import, off): ``NVFUSER_DTENSOR_MIXED_IGNORES_SIZE1=1`` leaves tensors with
+# one dim above size 1 (a batch norm's [1, C, 1, 1] statistic, row-major and channels-last at
+# once) out of the check below. With channels-last on, such statistics made 10 of tiny
+# ResNet-18's 48 region signatures run on row-major copies of their NHWC inputs (CPU, session
+# 20), a candidate for channels-last being slower on the H200; whether nvFuser computes those
+# regions right without the copies is for the GPU to say.
+MIXED_IGNORES_SIZE1 = env_flag("NVFUSER_DTENSOR_MIXED_IGNORES_SIZE1")
+
+
 def _mixed_layouts(args, outputs: int) -> bool:
     """Several tensor outputs, and tensor inputs both channels_last and row-major
     (Note [Mixed input layouts with several outputs])."""
     if outputs < 2:
         return False
-    tensors = [a for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2 and a.numel() > 1]
+    tensors = [a for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2 and a.numel() > 1
+               and (not MIXED_IGNORES_SIZE1 or sum(s > 1 for s in a.shape) > 1)]
     return any(map(_channels_last, tensors)) and any(t.is_contiguous() for t in tensors)
 
 

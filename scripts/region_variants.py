@@ -6,7 +6,7 @@ nvFuser's out-of-bounds writes in training batch norm (docs/nvfuser_faults.md it
         python scripts/region_replay.py run variants.jsonl
 
 Each variant is a row of its own (``region`` gets the variant's name) whose text is the
-recorded one changed: ``drop<i,j>`` leaves fusion outputs i, j out (the batch norm's are 0
+recorded one changed: ``drop<i+j>`` leaves fusion outputs i and j out (the batch norm's are 0
 output, 1 mean, 2 rstd, 3 and 4 the updated running statistics); ``twopass`` computes the
 statistics with two sums instead of ``welford``; ``segset`` puts a ``segment_set`` on the
 statistics, so what reads them runs in other kernels.
@@ -66,8 +66,8 @@ VARIANTS = {
     "as_recorded": lambda t: t,
     "drop1": lambda t: drop(t, {1}),
     "drop2": lambda t: drop(t, {2}),
-    "drop3,4": lambda t: drop(t, {3, 4}),
-    "drop1,2,3,4": lambda t: drop(t, {1, 2, 3, 4}),
+    "drop3+4": lambda t: drop(t, {3, 4}),
+    "drop1+2+3+4": lambda t: drop(t, {1, 2, 3, 4}),
     "twopass": twopass,
     "segset": segset,
 }
@@ -77,15 +77,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("path")
     p.add_argument("--rows", default="0")
-    p.add_argument("--variants", default=",".join(VARIANTS).replace("drop3,4", "drop3+4").replace("drop1,2,3,4", "drop1+2+3+4"))
+    p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     rows = [json.loads(line) for line in open(args.path)]
     with open(args.out, "w") as f:
         for i in (int(r) for r in args.rows.split(",")):
             for name in args.variants.split(","):
-                key = name.replace("+", ",")
-                row = dict(rows[i], region=f"{rows[i]['region']}[{name}]", text=VARIANTS[key](rows[i]["text"]))
+                row = dict(rows[i], region=f"{rows[i]['region']}[{name}]", text=VARIANTS[name](rows[i]["text"]))
                 f.write(json.dumps(row) + "\n")
     return 0
 

@@ -299,6 +299,19 @@ def test_fallback_reason_names_the_failing_segment():
     assert "please report a bug" not in reason
 
 
+def test_mixed_layouts_switch_leaves_out_size1_statistics(monkeypatch):
+    # NVFUSER_DTENSOR_MIXED_IGNORES_SIZE1 (region.MIXED_IGNORES_SIZE1, off by default): a
+    # [1, C, 1, 1] statistic next to NHWC tensors makes a region "mixed" only with it off.
+    from nvfuser_dtensor_backend import region
+
+    g = torch.randn(4, 16, 7, 7).contiguous(memory_format=torch.channels_last)
+    mean = torch.randn(1, 16, 1, 1)
+    assert region._mixed_layouts([g, g, mean], outputs=2)
+    monkeypatch.setattr(region, "MIXED_IGNORES_SIZE1", True)
+    assert not region._mixed_layouts([g, g, mean], outputs=2)
+    assert region._mixed_layouts([g, torch.randn(4, 16, 7, 7), mean], outputs=2)
+
+
 def test_mixed_input_layouts_with_several_outputs_run_on_row_major_copies():
     # Note [Mixed input layouts with several outputs] (region.py): nvFuser got ConvNeXt's
     # layer-scale backward wrong on the H200; such a region runs on row-major copies.
