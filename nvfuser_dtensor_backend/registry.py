@@ -119,6 +119,24 @@ def tensor_reason(t: torch.Tensor) -> str | None:
     return None
 
 
+def values_reason(values) -> str | None:
+    """Why nvFuser cannot take these example values (tensors, or lists of them), or None:
+    ``tensor_reason`` of each, or tensors on several devices. ``lookup``'s generic rule; a
+    translator with ``generic_check=False`` applies it to the values it takes."""
+    devices = set()
+    for value in values:
+        for v in _flat(value):
+            if isinstance(v, torch.Tensor):
+                reason = tensor_reason(v)
+                if reason:
+                    return reason
+                if v.dim() > 0:
+                    devices.add(v.device)
+    if len(devices) > 1:
+        return f"tensors on several devices {sorted(map(str, devices))}"
+    return None
+
+
 def op_name(target) -> str:
     """How reports name a node's target: ``aten.add.Tensor``, or a Python function's name."""
     if isinstance(target, OpOverload) or not callable(target) or not hasattr(target, "__qualname__"):
@@ -148,17 +166,9 @@ def lookup(node: fx.Node, fuse_matmul: bool = True) -> Translator | Unsupported:
     if entry.gemm and not fuse_matmul:
         return Unsupported(f"{node.target}: matmuls run in PyTorch/cuBLAS (options fuse_matmul=False)")
     if node.target is not operator.getitem and entry.generic_check:
-        devices = set()
-        for value in _vals(node):
-            for v in _flat(value):
-                if isinstance(v, torch.Tensor):
-                    reason = tensor_reason(v)
-                    if reason:
-                        return Unsupported(f"{node.target}: {reason}")
-                    if v.dim() > 0:
-                        devices.add(v.device)
-        if len(devices) > 1:
-            return Unsupported(f"{node.target}: tensors on several devices {sorted(map(str, devices))}")
+        reason = values_reason(_vals(node))
+        if reason:
+            return Unsupported(f"{node.target}: {reason}")
     if entry.check is not None:
         reason = entry.check(node)
         if reason:

@@ -1,4 +1,4 @@
-"""layer_norm forward/backward, batch_norm forward (training), softmax and log_softmax forward/backward.
+"""layer_norm forward/backward, batch_norm forward (training and evaluation), softmax and log_softmax forward/backward.
 
 Everything computes in fp32 for fp16/bf16 inputs (``upcast``); fusion.py rounds each
 result to the node's dtype. Reduced extents come from ``size`` (symbolic), never from meta.
@@ -6,11 +6,12 @@ result to the node's dtype. Reduced extents come from ``size`` (symbolic), never
 
 from __future__ import annotations
 
+import operator
 import os
 
 import torch
 
-from ..registry import translator
+from ..registry import translator, values_reason
 from ._common import canonical_dim, upcast
 from .reduction import max_of, numel, row_stat, sum_of, wide_odd
 
@@ -126,6 +127,46 @@ def native_batch_norm_legit_functional(ctx, x, weight, bias, running_mean, runni
         return ctx.ops.add(ctx.ops.mul(batch, momentum), ctx.ops.mul(upcast(ctx, running), 1.0 - momentum))
 
     return out, mean, rstd, updated(running_mean, mean), updated(running_var, unbiased)
+
+
+def _check_batch_norm_no_training(node) -> str | None:
+    """The generic rule on the inputs and the output only: on the CPU aten records the saved
+    statistics as empty tensors, which the generic rule refuses; they are refused here only
+    when something reads them."""
+    x = node.args[0].meta["val"]
+    stats = node.meta["val"][1:]
+    used = {u.args[1] for u in node.users if u.target is operator.getitem and u.users}
+    if any(i in used and stats[i - 1].numel() == 0 for i in (1, 2)):
+        return "batch_norm's empty saved statistics (the CPU kernel's) are used"
+    reason = values_reason([node.meta["val"][0], *(a.meta.get("val") for a in node.all_input_nodes)])
+    if reason:
+        return reason
+    if x.dim() < 2:
+        return f"batch_norm of a rank-{x.dim()} input"
+    return None
+
+
+@translator(aten._native_batch_norm_legit_no_training.default, check=_check_batch_norm_no_training,
+            generic_check=False)
+def native_batch_norm_legit_no_training(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
+    """Evaluation-mode batch norm (inference of CNNs) as aten's decomposition computes it
+    (``native_batch_norm_helper``, ``training=False``): the running statistics normalize, in
+    fp32; the saved statistics are the running mean and ``1 / sqrt(running_var + eps)`` (what
+    the CUDA kernel returns; the CPU kernel's empty ones are refused by the check when used)."""
+    x = upcast(ctx, x)
+    channels = [d != 1 for d in range(x.ndim)]
+
+    def per_channel(t):
+        return ctx.ops.broadcast(t, is_broadcast_dim=channels)
+
+    mean = upcast(ctx, running_mean)
+    invstd = ctx.ops.reciprocal(ctx.ops.sqrt(ctx.ops.add(upcast(ctx, running_var), float(eps))))
+    out = ctx.ops.mul(ctx.ops.sub(x, per_channel(mean)), per_channel(invstd))
+    if weight is not None:
+        out = ctx.ops.mul(out, per_channel(upcast(ctx, weight)))
+    if bias is not None:
+        out = ctx.ops.add(out, per_channel(upcast(ctx, bias)))
+    return out, mean, invstd
 
 
 def _softmax_dim(x, dim) -> list[int]:

@@ -157,9 +157,34 @@ def test_batch_norm_training(dtype, shape, affine):
         assert_close(bn.weight.grad, ref.weight.grad, scale=4)
 
 
-def test_batch_norm_in_evaluation_stays_in_pytorch():
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", [(4, 8, 6, 5), (6, 3, 7), (16, 5), (2, 4, 3, 3, 2)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_in_evaluation(dtype, shape, affine):
+    # _native_batch_norm_legit_no_training (a CNN's inference) fuses with what follows it;
+    # the running statistics (in the module's dtype) normalize, and stay unchanged.
+    bn = {2: torch.nn.BatchNorm1d, 3: torch.nn.BatchNorm1d, 4: torch.nn.BatchNorm2d, 5: torch.nn.BatchNorm3d}[len(shape)](
+        shape[1], affine=affine).to(DEVICE, dtype).eval()
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+        if affine:
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-1, 1)
+    stats = (bn.running_mean.clone(), bn.running_var.clone())
+    check_parity(lambda t: torch.relu(bn(t) + 1), randn(*shape, dtype=dtype),
+                 expect_ops=["aten._native_batch_norm_legit_no_training.default", "aten.relu.default"])
+    assert torch.equal(bn.running_mean, stats[0]) and torch.equal(bn.running_var, stats[1])
+
+
+def test_batch_norm_in_evaluation_with_input_gradients():
+    # A frozen batch norm (eval mode) inside a model that is trained: its input's gradient.
     bn = torch.nn.BatchNorm2d(4).to(DEVICE).eval()
-    check_parity(lambda t: torch.relu(bn(t) + 1), randn(2, 4, 3, 3), fused=False)
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    check_parity(lambda t: torch.tanh(bn(t * 2)), randn(2, 4, 3, 3, requires_grad=True), backward=True,
+                 expect_ops=["aten._native_batch_norm_legit_no_training.default"])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
