@@ -367,9 +367,10 @@ def partition(
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     if fuse_matmul and one_gemm_per_region:
         partitions = [piece for p in partitions for piece in _split_at_gemms(p, order)]
-    partitions = [piece for p in partitions for piece in _split_after_batch_norms(p, order)]
     if SPLIT_UNRELATED:
         partitions = _join_producers(partitions)
+    # last, so that no join puts back together what it cuts
+    partitions = [piece for p in partitions for piece in _split_after_batch_norms(p, order)]
     report = PartitionReport()
     kept = []
     for p in partitions:

@@ -474,12 +474,18 @@ def test_split_unrelated_joins_a_part_to_the_region_it_reads(monkeypatch):
     assert regions[True] == [["aten.mul.Tensor", "aten.sin.default"], ["aten.relu.default"]]
 
 
+@pytest.mark.parametrize("split_unrelated", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_reduction_after_a_batch_norm_starts_a_region(dtype):
+def test_a_reduction_after_a_batch_norm_starts_a_region(dtype, split_unrelated, monkeypatch):
     """Note [No reduction after a batch norm]: EfficientNet's batch norm + SiLU +
     squeeze-excitation mean made nvFuser write out of bounds on the GPU; the mean and what
-    follows it leave the batch norm's region. Values and running statistics are eager's."""
+    follows it leave the batch norm's region, also with NVFUSER_DTENSOR_SPLIT_UNRELATED (the
+    cut runs after its join). Values and running statistics are eager's."""
     import torch.nn.functional as F
+
+    from nvfuser_dtensor_backend import partition
+
+    monkeypatch.setattr(partition, "SPLIT_UNRELATED", split_unrelated)
 
     def f(x, w, b, rm, rv):
         y = F.silu(F.batch_norm(x, rm, rv, w, b, training=True))
