@@ -91,6 +91,21 @@ def native_layer_norm_backward(ctx, grad_out, x, normalized_shape, mean, rstd, w
     return grad_input, grad_weight, grad_bias
 
 
+def _normalized_per_channel(ctx, x, mean, rstd, weight, bias):
+    """``(x - mean) * rstd * weight + bias``, the per-channel vectors broadcast along dim 1."""
+    channels = [d != 1 for d in range(x.ndim)]
+
+    def per_channel(t):
+        return ctx.ops.broadcast(t, is_broadcast_dim=channels)
+
+    out = ctx.ops.mul(ctx.ops.sub(x, per_channel(mean)), per_channel(rstd))
+    if weight is not None:
+        out = ctx.ops.mul(out, per_channel(upcast(ctx, weight)))
+    if bias is not None:
+        out = ctx.ops.add(out, per_channel(upcast(ctx, bias)))
+    return out
+
+
 def _check_batch_norm(node) -> str | None:
     x, training = node.args[0].meta["val"], node.args[5]
     if training is not True:
@@ -109,16 +124,7 @@ def native_batch_norm_legit_functional(ctx, x, weight, bias, running_mean, runni
     dims = [0] + list(range(2, x.ndim))
     var, mean = ctx.ops.var_mean(x, dims=dims, correction=0, keepdim=False)
     rstd = ctx.ops.rsqrt(ctx.ops.add(var, float(eps)))
-    channels = [d != 1 for d in range(x.ndim)]
-
-    def per_channel(t):
-        return ctx.ops.broadcast(t, is_broadcast_dim=channels)
-
-    out = ctx.ops.mul(ctx.ops.sub(x, per_channel(mean)), per_channel(rstd))
-    if weight is not None:
-        out = ctx.ops.mul(out, per_channel(upcast(ctx, weight)))
-    if bias is not None:
-        out = ctx.ops.add(out, per_channel(upcast(ctx, bias)))
+    out = _normalized_per_channel(ctx, x, mean, rstd, weight, bias)
     n = numel(ctx, x, dims)
     unbiased = ctx.ops.div(ctx.ops.mul(var, n), ctx.ops.sub(n, 1))
     momentum = float(momentum)
@@ -153,20 +159,9 @@ def native_batch_norm_legit_no_training(ctx, x, weight, bias, running_mean, runn
     (``native_batch_norm_helper``, ``training=False``): the running statistics normalize, in
     fp32; the saved statistics are the running mean and ``1 / sqrt(running_var + eps)`` (what
     the CUDA kernel returns; the CPU kernel's empty ones are refused by the check when used)."""
-    x = upcast(ctx, x)
-    channels = [d != 1 for d in range(x.ndim)]
-
-    def per_channel(t):
-        return ctx.ops.broadcast(t, is_broadcast_dim=channels)
-
     mean = upcast(ctx, running_mean)
     invstd = ctx.ops.reciprocal(ctx.ops.sqrt(ctx.ops.add(upcast(ctx, running_var), float(eps))))
-    out = ctx.ops.mul(ctx.ops.sub(x, per_channel(mean)), per_channel(invstd))
-    if weight is not None:
-        out = ctx.ops.mul(out, per_channel(upcast(ctx, weight)))
-    if bias is not None:
-        out = ctx.ops.add(out, per_channel(upcast(ctx, bias)))
-    return out, mean, invstd
+    return _normalized_per_channel(ctx, upcast(ctx, x), mean, invstd, weight, bias), mean, invstd
 
 
 def _softmax_dim(x, dim) -> list[int]:
