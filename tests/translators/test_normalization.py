@@ -123,21 +123,27 @@ def test_layer_norm_extents_are_symbolic():
     assert_close(outs, expected)
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("shape", [(4, 8, 6, 5), (6, 3, 7), (16, 5)])
-@pytest.mark.parametrize("affine", [True, False])
-def test_batch_norm_training(dtype, shape, affine):
-    # _native_batch_norm_legit_functional: the output, and the running statistics updated
-    # in place after the graph (aten's copy_), against eager BatchNorm in training mode.
-    bn = torch.nn.BatchNorm1d(shape[1], affine=affine, momentum=0.3) if len(shape) < 4 else \
-        torch.nn.BatchNorm2d(shape[1], affine=affine, momentum=0.3)
-    bn = bn.to(DEVICE, dtype)
+def _batch_norm(shape, dtype, affine, **kwargs):
+    """A BatchNorm{1,2,3}d for inputs of ``shape`` with random running statistics (and weight
+    and bias), in ``dtype``."""
+    cls = {2: torch.nn.BatchNorm1d, 3: torch.nn.BatchNorm1d, 4: torch.nn.BatchNorm2d, 5: torch.nn.BatchNorm3d}[len(shape)]
+    bn = cls(shape[1], affine=affine, **kwargs).to(DEVICE, dtype)
     with torch.no_grad():
         bn.running_mean.uniform_(-1, 1)
         bn.running_var.uniform_(0.5, 2)
         if affine:
             bn.weight.uniform_(0.5, 1.5)
             bn.bias.uniform_(-1, 1)
+    return bn
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", [(4, 8, 6, 5), (6, 3, 7), (16, 5)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_training(dtype, shape, affine):
+    # _native_batch_norm_legit_functional: the output, and the running statistics updated
+    # in place after the graph (aten's copy_), against eager BatchNorm in training mode.
+    bn = _batch_norm(shape, dtype, affine, momentum=0.3)
     ref = __import__("copy").deepcopy(bn)
     x = randn(*shape, dtype=dtype, requires_grad=True)
     x_ref = x.detach().clone().requires_grad_()
@@ -163,14 +169,7 @@ def test_batch_norm_training(dtype, shape, affine):
 def test_batch_norm_in_evaluation(dtype, shape, affine):
     # _native_batch_norm_legit_no_training (a CNN's inference) fuses with what follows it;
     # the running statistics (in the module's dtype) normalize, and stay unchanged.
-    bn = {2: torch.nn.BatchNorm1d, 3: torch.nn.BatchNorm1d, 4: torch.nn.BatchNorm2d, 5: torch.nn.BatchNorm3d}[len(shape)](
-        shape[1], affine=affine).to(DEVICE, dtype).eval()
-    with torch.no_grad():
-        bn.running_mean.uniform_(-1, 1)
-        bn.running_var.uniform_(0.5, 2)
-        if affine:
-            bn.weight.uniform_(0.5, 1.5)
-            bn.bias.uniform_(-1, 1)
+    bn = _batch_norm(shape, dtype, affine).eval()
     stats = (bn.running_mean.clone(), bn.running_var.clone())
     check_parity(lambda t: torch.relu(bn(t) + 1), randn(*shape, dtype=dtype),
                  expect_ops=["aten._native_batch_norm_legit_no_training.default", "aten.relu.default"])
@@ -179,10 +178,7 @@ def test_batch_norm_in_evaluation(dtype, shape, affine):
 
 def test_batch_norm_in_evaluation_with_input_gradients():
     # A frozen batch norm (eval mode) inside a model that is trained: its input's gradient.
-    bn = torch.nn.BatchNorm2d(4).to(DEVICE).eval()
-    with torch.no_grad():
-        bn.running_mean.uniform_(-1, 1)
-        bn.running_var.uniform_(0.5, 2)
+    bn = _batch_norm((2, 4, 3, 3), torch.float32, affine=True).eval()
     check_parity(lambda t: torch.tanh(bn(t * 2)), randn(2, 4, 3, 3, requires_grad=True), backward=True,
                  expect_ops=["aten._native_batch_norm_legit_no_training.default"])
 
