@@ -237,6 +237,8 @@ def run(path: str, start: int, child: bool, shared: bool = False, stop: int | No
                               capture_output=True, text=True)
         last = i
         for line in proc.stdout.splitlines():
+            if not line.startswith(("@ ", "= ")):
+                print(line, file=sys.stderr)  # nvFuser's own output (NVFUSER_DUMP=cuda_kernel,...)
             if line.startswith("@ "):
                 last = int(line[2:])
             elif line.startswith("= "):
