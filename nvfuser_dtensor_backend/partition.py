@@ -6,6 +6,7 @@ import collections
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from torch import fx
@@ -213,20 +214,28 @@ def _replay_input_free_outside(p, graph: fx.Graph) -> bool:
 # most i (the second descends from it).
 
 
-def _split_at_gemms(p, order: dict[fx.Node, int]) -> list:
-    """``p`` cut into pieces of at most one GEMM node (Note [One matmul per region])."""
+def _cut_into_pieces(p, order: dict[fx.Node, int], starts: Callable[[fx.Node, list], bool]) -> list:
+    """``p`` cut into pieces, its nodes taken in graph order: a node joins the latest piece
+    among its inputs' (piece 0 if none), unless ``starts(node, inputs)`` (``inputs``: its
+    inputs in that piece) says it begins a new piece. Edges then only go to a later piece, so
+    the pieces are convex and form no cycle (Note [One matmul per region])."""
     piece_of: dict[fx.Node, int] = {}
     pieces: list[list[fx.Node]] = [[]]
     for node in sorted(p.nodes, key=order.__getitem__):
-        if getattr(lookup(node, fuse_matmul=True), "gemm", False):
+        inputs = [a for a in node.all_input_nodes if a in piece_of]
+        piece = max((piece_of[a] for a in inputs), default=0)
+        if starts(node, [a for a in inputs if piece_of[a] == piece]):
             pieces.append([])
             piece = len(pieces) - 1
-        else:
-            piece = max((piece_of[a] for a in node.all_input_nodes if a in piece_of), default=0)
         piece_of[node] = piece
         pieces[piece].append(node)
     pieces = [piece for piece in pieces if piece]
     return [p] if len(pieces) == 1 else [Partition(nodes=piece) for piece in pieces]
+
+
+def _split_at_gemms(p, order: dict[fx.Node, int]) -> list:
+    """``p`` cut into pieces of at most one GEMM node (Note [One matmul per region])."""
+    return _cut_into_pieces(p, order, lambda node, _: getattr(lookup(node, fuse_matmul=True), "gemm", False))
 
 
 # Note [No reduction after a batch norm]
@@ -258,21 +267,17 @@ def _split_after_batch_norms(p, order: dict[fx.Node, int]) -> list:
     after a batch norm])."""
     if not any(n.target in BATCH_NORMS for n in p.nodes):
         return [p]
-    piece_of: dict[fx.Node, int] = {}
     after_bn: set[fx.Node] = set()  # nodes that read a batch norm of their own piece
-    pieces: list[list[fx.Node]] = [[]]
-    for node in sorted(p.nodes, key=order.__getitem__):
-        inputs = [a for a in node.all_input_nodes if a in piece_of]
-        piece = max((piece_of[a] for a in inputs), default=0)
-        reads_bn = any(a in after_bn or a.target in BATCH_NORMS for a in inputs if piece_of[a] == piece)
-        if reads_bn and node.target in REDUCTIONS:
-            pieces.append([])
-            piece, reads_bn = len(pieces) - 1, False
-        piece_of[node] = piece
-        pieces[piece].append(node)
-        if reads_bn:
-            after_bn.add(node)
-    return [p] if len(pieces) == 1 else [Partition(nodes=piece) for piece in pieces]
+
+    def starts(node, inputs) -> bool:
+        if not any(a in after_bn or a.target in BATCH_NORMS for a in inputs):
+            return False
+        if node.target in REDUCTIONS:
+            return True
+        after_bn.add(node)
+        return False
+
+    return _cut_into_pieces(p, order, starts)
 
 
 # Note [Unrelated parts of a region]

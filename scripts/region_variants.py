@@ -22,14 +22,15 @@ _WELFORD = re.compile(r"^(\s+)(\w+), (\w+), (\w+) = fd\.ops\.welford\((\w+), dim
 
 
 def drop(text: str, indices: set[int]) -> str:
-    outs = [m.start() for m in re.finditer(r"^\s+fd\.add_output\(", text, re.M)]
-    lines = text.splitlines(keepends=True)
-    starts, pos = [], 0
-    for ln in lines:
-        starts.append(pos)
-        pos += len(ln)
-    keep = [ln for s, ln in zip(starts, lines) if s not in {outs[i] for i in indices}]
-    return "".join(keep)
+    """``text`` without its ``fd.add_output`` lines number ``indices`` (from 0)."""
+    kept, output = [], -1
+    for line in text.splitlines(keepends=True):
+        if line.lstrip().startswith("fd.add_output("):
+            output += 1
+            if output in indices:
+                continue
+        kept.append(line)
+    return "".join(kept)
 
 
 def twopass(text: str) -> str:
