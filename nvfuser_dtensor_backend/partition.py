@@ -299,7 +299,11 @@ def _split_after_batch_norms(p, order: dict[fx.Node, int]) -> list:
 # batch norm's running-statistics cast joins the batch norm's region, where it is one more
 # output of a kernel that runs anyway, instead of a region of its own. No cycle can appear:
 # a path into the part enters it through one of its inputs, all in that region or graph
-# inputs. The other parts become regions of their own, as before.
+# inputs. The other parts become regions of their own, as before, except that a region's
+# scalar parts that read only graph inputs stay together as one region (``_scalar_part``): a
+# batch norm's ``num_batches_tracked + 1`` reads nothing of its batch norm, so it cannot join
+# it, and as 20 regions of one scalar add each (tiny ResNet-18) they would cost ResNet-18 20
+# launches for what one kernel does.
 SPLIT_UNRELATED = env_flag("NVFUSER_DTENSOR_SPLIT_UNRELATED")
 
 
@@ -345,7 +349,21 @@ def _join_producers(partitions: list) -> list:
                 del groups[i][n]
                 groups[j][n] = None
                 owner[n] = j
-    return [part for g in groups if g for part in _connected_parts(Partition(nodes=g))]
+    kept = []
+    for g in filter(None, groups):
+        parts = _connected_parts(Partition(nodes=g))
+        scalars = [n for part in parts if _scalar_part(part) for n in part.nodes]
+        kept += [part for part in parts if not _scalar_part(part)]
+        kept += [Partition(nodes=scalars)] if scalars else []
+    return kept
+
+
+def _scalar_part(part) -> bool:
+    """Every value of ``part`` is 0-d and it reads only graph inputs (Note [Unrelated parts of
+    a region])."""
+    return (all(isinstance(v := n.meta.get("val"), torch.Tensor) and v.dim() == 0 for n in part.nodes)
+            and all(a in part.nodes or a.op in ("placeholder", "get_attr")
+                    for n in part.nodes for a in n.all_input_nodes))
 
 
 def _deterministic(node: fx.Node) -> bool:

@@ -474,6 +474,29 @@ def test_split_unrelated_joins_a_part_to_the_region_it_reads(monkeypatch):
     assert regions[True] == [["aten.mul.Tensor", "aten.sin.default"], ["aten.relu.default"]]
 
 
+def test_split_unrelated_keeps_scalar_counters_together(monkeypatch):
+    """Each batch norm's ``num_batches_tracked + 1`` reads nothing of its batch norm, so no join
+    takes it there; with NVFUSER_DTENSOR_SPLIT_UNRELATED the counters of a region stay one
+    region (Note [Unrelated parts of a region]) instead of a region each, and the running
+    statistics join their batch norms' regions. Values and buffers are eager's."""
+    from nvfuser_dtensor_backend import partition
+
+    monkeypatch.setattr(partition, "SPLIT_UNRELATED", True)
+    model = torch.nn.Sequential(torch.nn.BatchNorm2d(6), torch.nn.ReLU(), torch.nn.BatchNorm2d(6)).to(DEVICE)
+    reference = copy.deepcopy(model)
+    x = randn(4, 6, 5, 5)
+    nb.clear_cache()
+    nb.clear_reports()
+    assert_close(compile_fn(model)(x), reference(x))
+    for ours, eager in zip(model.buffers(), reference.buffers()):
+        assert_close(ours, eager)
+    regions = [sorted(set(ops)) for ops in nb.reports()[-1].partition.regions]
+    assert regions.count(["aten.add.Tensor"]) == 1  # both counters, one region
+    # and each batch norm's region with its running statistics (the second batch norm starts a
+    # region of its own: Note [No reduction after a batch norm])
+    assert len(regions) == 3, regions
+
+
 @pytest.mark.parametrize("split_unrelated", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_reduction_after_a_batch_norm_starts_a_region(dtype, split_unrelated, monkeypatch):
