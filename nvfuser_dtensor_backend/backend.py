@@ -19,6 +19,7 @@ import torch
 from torch import fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
+from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
@@ -203,7 +204,10 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
         compiled = make_boxed_func(whole)
     else:
         # The generated forward, not the module: nn.Module.__call__ and GraphModule's
-        # traceback wrapper cost 2.2 us per call (Note [Lean call path]).
+        # traceback wrapper cost 2.2 us per call (Note [Lean call path]). Dynamo builds lazy
+        # graph modules, whose ``recompile`` only marks them: their ``forward`` is then
+        # ``_lazy_forward``, which calls the module, on every call. Recompile for real first.
+        _LazyGraphModule.force_recompile(fused)
         compiled = make_boxed_func(fused.forward)
         compiled.__wrapped__ = fused  # the graph module: the global view reads its graph and report
     compiled.report = graph_report  # CudaGraphs counts its kernel launches

@@ -527,3 +527,25 @@ def test_a_reduction_after_a_batch_norm_starts_a_region(dtype, split_unrelated, 
     with_bn = [r for r in regions if "aten._native_batch_norm_legit_functional.default" in r]
     assert len(with_bn) == 1 and "aten.silu.default" in with_bn[0] and "aten.mean.dim" not in with_bn[0]
     assert any("aten.mean.dim" in r for r in regions)
+
+
+def test_a_compiled_call_runs_the_generated_forward_without_the_module_call(monkeypatch):
+    """Note [Lean call path]: dynamo hands us lazy graph modules, whose ``forward`` after
+    ``recompile()`` calls the module (``nn.Module.__call__`` and GraphModule's traceback
+    wrapper) on every call; the backend recompiles for real and calls the generated forward."""
+    from torch.fx import graph_module
+
+    compiled = compile_fn(lambda x, b: torch.nn.functional.gelu(x + b, approximate="tanh"))
+    x, b = randn(8, 16), randn(16)
+    for _ in range(2):
+        assert_close(compiled(x, b), torch.nn.functional.gelu(x + b, approximate="tanh"))
+    calls = []
+    wrapped_call = graph_module._WrappedCall.__call__
+
+    def counting(self, obj, *args, **kwargs):
+        calls.append(type(obj).__name__)
+        return wrapped_call(self, obj, *args, **kwargs)
+
+    monkeypatch.setattr(graph_module._WrappedCall, "__call__", counting)
+    assert_close(compiled(x, b), torch.nn.functional.gelu(x + b, approximate="tanh"))
+    assert calls == []
