@@ -137,3 +137,21 @@ def test_host_overhead_splits_a_call(monkeypatch, capsys):
     text = capsys.readouterr().out
     assert "1 region(s)" in text
     assert all(name in text for name in ("regions stubbed", "FusedRegion.forward", "cache key", "dynamo alone"))
+
+
+def test_nhwc_reduction_script_defines_each_variant_right(monkeypatch, capsys):
+    """scripts/gpu_nhwc_reduction.py on the CPU: every variant's definition (one stage, two
+    stages, two fusions, NCHW) evaluated against PyTorch's sums."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "gpu_nhwc_reduction.py"
+    spec = importlib.util.spec_from_file_location("gpu_nhwc_reduction", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script._split(2 * 7 * 7) == (1, 98) and script._split(4 * 14 * 14) == (7, 112)
+    monkeypatch.setattr("sys.argv", ["gpu_nhwc_reduction", "--shapes", "2x7x7x16,4x14x14x8", "--iters", "1"])
+    script.main()
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 2x") or line.startswith("| 4x")]
+    assert len(rows) == 2
+    assert all(float(row.rstrip(" |").rsplit("|", 1)[1]) < 1e-5 for row in rows)  # max relative error
