@@ -31,13 +31,21 @@ and is guarded, on those strides.
 h200_models_session15). It was first refused for
 EfficientNet-B0's "illegal memory access"; that fault came with or without it, from nvFuser's
 out-of-bounds writes in batch norm + SE-mean regions (docs/nvfuser_faults.md item 9, avoided
-by Note [No reduction after a batch norm]). Why it is slower is the open question: on the
-CPU, 10 of tiny ResNet-18's 48 region signatures with it run on row-major copies of their
-NHWC inputs (Note [Mixed input layouts with several outputs], region.py), because a
-[1, C, 1, 1] statistic, both row-major and channels-last, counts as row-major there; without
-it, cuDNN's NCHW/NHWC transposes are 1.23 of ResNet-18's 4.25 ms of training kernels on an
-H100 (benchmarks/results/h100_session20). ``NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA=1`` (read at
-import) turns it on for the GPU checks.
+by Note [No reduction after a batch norm]). Why it is slower, measured on an H100
+(benchmarks/results/h100_session21, ResNet-18's training kernels): 6.55 ms against NCHW's
+4.25 and inductor's 2.79.
+- Copies: 92 of them, 1.14 ms. A [1, C, 1, 1] statistic is both row-major and channels-last
+  and counted as row-major in Note [Mixed input layouts with several outputs] (region.py), so
+  regions ran on row-major copies of their NHWC inputs. ``NVFUSER_DTENSOR_MIXED_IGNORES_SIZE1=1``
+  leaves such statistics out: 52 copies, 0.22 ms, 6.32 ms in all.
+- What is left is in the batch norm backward's regions over NHWC data. Their reduction
+  kernel takes 1.06 ms for 4 calls, against 0.23 ms in NCHW. Inductor does the same sums in
+  two stages (partials of [1, C, 1, 1, 784]) in 0.04 ms.
+- The two sums alone, in nvFuser, take 66 us per call in NHWC against 45 in NCHW, and two
+  stages make them slower (``scripts/gpu_nhwc_reduction.py``). So the 265 us per call come
+  from the rest of those regions' fusions, not from the reduction itself.
+- Without channels-last, cuDNN's NCHW/NHWC transposes take 1.23 of the 4.25 ms.
+``NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA=1`` (read at import) turns it on for the GPU checks.
 
 Code that assumed NCHW memory (``x.view(n, -1)`` of a 4-d activation) fails AOTAutograd's
 trace; the backend then compiles the graph again without the rewrite, with one warning
