@@ -351,9 +351,12 @@ def _join_producers(partitions: list) -> list:
                 owner[n] = j
     kept = []
     for g in filter(None, groups):
-        parts = _connected_parts(Partition(nodes=g))
-        scalars = [n for part in parts if _scalar_part(part) for n in part.nodes]
-        kept += [part for part in parts if not _scalar_part(part)]
+        scalars = []
+        for part in _connected_parts(Partition(nodes=g)):
+            if _scalar_part(part):
+                scalars += part.nodes
+            else:
+                kept.append(part)
         kept += [Partition(nodes=scalars)] if scalars else []
     return kept
 
