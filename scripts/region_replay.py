@@ -16,6 +16,13 @@ faulting region, which it names. So a fault or a wrong number of nvFuser itself,
 model's shapes and layouts, shows apart from the model, the CUDA graphs and the allocator's
 state; if every region replays right, look there instead.
 
+``record --options '{"channels_last": true}'`` compiles with those backend options. Every row
+carries ``calls``, how many times the recorded ``steps`` called that signature (written at
+the end, so rows of a run that faults have none). ``run --time N`` times each row's execute
+(median of N calls between CUDA events, after one warm call) and ends with the total per
+step, each row weighted by its calls: two recordings of one model (NCHW and channels-last)
+then compare region by region, without compiling the model on the GPU.
+
 ``run --shared`` builds one definition per distinct text and runs the rows in their recorded
 order through it, as the backend's fusion cache does (Note [Fusion cache key]: sizes are not
 in the key, so a model's blocks of one structure at several sizes share one nvFuser
@@ -65,11 +72,11 @@ def _text(entry) -> str | None:
     return repr(fd) if fd is not None else None
 
 
-def record(model: str, size: str, dtype: str, out: str, device: str, steps: int) -> int:
+def record(model: str, size: str, dtype: str, out: str, device: str, steps: int, options: dict | None = None) -> int:
     from benchmarks import zoo
     from nvfuser_dtensor_backend import region
 
-    seen = set()
+    seen: dict[tuple, int] = {}  # signature -> calls
     f = open(out, "w")
 
     def recording(self, args, key):
@@ -83,22 +90,30 @@ def record(model: str, size: str, dtype: str, out: str, device: str, steps: int)
             inputs = [_describe(a.contiguous() if contiguous and isinstance(a, torch.Tensor) else a) for a in args]
             sig = (text, json.dumps(inputs))
             if sig not in seen:
-                seen.add(sig)
+                seen[sig] = 0
                 f.write(json.dumps({"region": self.name, "ops": self.ops, "text": text, "inputs": inputs}) + "\n")
                 f.flush()
-        return self.forward(*args)  # the entry is made: the fast path runs it
+            seen[sig] += 1
+        return forward(self, *args)  # the entry is made: the original fast path runs it
 
-    first_call, region.FusedRegion._first_call = region.FusedRegion._first_call, recording
+    # every call goes through ``recording``, so each signature's calls are counted (the graphs
+    # bind the regions' forward when they are compiled, after this)
+    forward = region.FusedRegion.forward
+    region.FusedRegion.forward = lambda self, *args: recording(self, args, tuple(map(self._key_of, args)))
     try:
         zm = zoo.build(model, size, device, getattr(torch, dtype))
         torch._dynamo.reset()
-        compiled = torch.compile(zm.model, backend="nvfuser_dtensor", options={"cuda_graphs": False})
+        compiled = torch.compile(zm.model, backend="nvfuser_dtensor", options={**(options or {}), "cuda_graphs": False})
         for step in range(steps):  # without zero_grad: a second step accumulates, as micro-batches do
             batch = zm.make_inputs(step)
             zm.loss_fn(compiled(**batch.kwargs), batch).backward()
     finally:
-        region.FusedRegion._first_call = first_call
+        region.FusedRegion.forward = forward
         f.close()
+    rows = [json.loads(line) for line in open(out)]
+    with open(out, "w") as f:
+        for row, calls in zip(rows, seen.values()):  # dicts keep insertion order: the rows' order
+            f.write(json.dumps(dict(row, calls=calls, steps=steps)) + "\n")
     print(f"{model}: {len(seen)} region signatures written to {out}")
     return 0
 
@@ -193,8 +208,23 @@ def evaluate(row: dict, inputs: list) -> list:
     return Evaluator(_Text(), {})(inputs)
 
 
-def replay_one(row: dict, built: dict | None = None, pin: str = "all") -> str:
-    """``built``: definitions by text, shared between rows (``run --shared``)."""
+def time_us(run, iters: int) -> float:
+    """Median time of ``run()`` between CUDA events, after one warm call."""
+    run()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def replay_one(row: dict, built: dict | None = None, pin: str = "all", time_iters: int = 0) -> str:
+    """``built``: definitions by text, shared between rows (``run --shared``); ``time_iters``:
+    the verdict ends with the median time of that many executes (``run --time``)."""
     from nvfuser_dtensor_backend.verify import mismatch
 
     if built is None:
@@ -208,7 +238,8 @@ def replay_one(row: dict, built: dict | None = None, pin: str = "all") -> str:
     torch.cuda.synchronize()
     refs = evaluate(row, inputs)
     wrong = [f"output {i}: {why}" for i, (o, r) in enumerate(zip(outs, refs)) if (why := mismatch(o, r))]
-    return "MISMATCH " + "; ".join(wrong)[:600] if wrong else "ok"
+    verdict = "MISMATCH " + "; ".join(wrong)[:600] if wrong else "ok"
+    return f"{verdict} {time_us(lambda: fd.execute(inputs), time_iters):.1f} us" if time_iters and not wrong else verdict
 
 
 def _summary(row: dict) -> str:
@@ -217,22 +248,26 @@ def _summary(row: dict) -> str:
     return f"{row['region']} ({','.join(row['ops'])[:120]}) [{shapes[:300]}]"
 
 
-def run(path: str, start: int, child: bool, shared: bool = False, stop: int | None = None, pin: str = "all") -> int:
+_TIMED = re.compile(r"^ok ([\d.]+) us$")
+
+
+def run(path: str, start: int, child: bool, shared: bool = False, stop: int | None = None, pin: str = "all",
+        time_iters: int = 0) -> int:
     rows = [json.loads(line) for line in open(path)][:stop]
     if child:  # replay from ``start`` on; print before each region, so a fault names it
         built = {} if shared else None
         for i in range(start, len(rows)):
             print(f"@ {i}", flush=True)
             try:
-                verdict = replay_one(rows[i], built, pin)
+                verdict = replay_one(rows[i], built, pin, time_iters)
             except Exception as e:  # noqa: BLE001 - an nvFuser error of this region; a fault ends the process
                 verdict = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
             print(f"= {i} {verdict}", flush=True)
         return 0
-    bad, i = 0, start
+    bad, i, per_step = 0, start, 0.0
     while i < len(rows):
         proc = subprocess.run([sys.executable, __file__, "run", path, "--start", str(i), "--child",
-                               *(["--shared"] if shared else []), "--pin", pin,
+                               *(["--shared"] if shared else []), "--pin", pin, "--time", str(time_iters),
                                *(["--stop", str(stop)] if stop is not None else [])],
                               capture_output=True, text=True)
         last = i
@@ -243,8 +278,13 @@ def run(path: str, start: int, child: bool, shared: bool = False, stop: int | No
                 last = int(line[2:])
             elif line.startswith("= "):
                 index, verdict = line[2:].split(" ", 1)
-                bad += verdict != "ok"
-                print(f"{index}: {verdict} | {_summary(rows[int(index)])}", flush=True)
+                timed = _TIMED.match(verdict)
+                bad += verdict != "ok" and not timed
+                row = rows[int(index)]
+                if timed:  # weighted by the row's calls per recorded step
+                    per_step += float(timed.group(1)) * row.get("calls", 1) / row.get("steps", 1)
+                    verdict += f" x{row.get('calls', 1) / row.get('steps', 1):g}"
+                print(f"{index}: {verdict} | {_summary(row)}", flush=True)
                 last = int(index) + 1
         if last < len(rows) and proc.returncode != 0:  # the child died in region ``last``
             error = next((ln for ln in proc.stderr.splitlines() if "CUDA error" in ln or "Error" in ln), "")
@@ -252,7 +292,8 @@ def run(path: str, start: int, child: bool, shared: bool = False, stop: int | No
             bad += 1
             last += 1
         i = max(last, i + 1) if proc.returncode != 0 else len(rows)
-    print(f"{len(rows)} region signatures replayed, {bad} not ok")
+    print(f"{len(rows)} region signatures replayed, {bad} not ok"
+          + (f"; the ok ones take {per_step / 1e3:.3f} ms per recorded step" if time_iters else ""))
     return 1 if bad else 0
 
 
@@ -266,18 +307,20 @@ def main(argv=None) -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--device", default="cpu", help="cuda: the layouts the GPU run meets (written as met, so a fault keeps them)")
     r.add_argument("--steps", type=int, default=1)
+    r.add_argument("--options", type=json.loads, default=None, help='backend options as JSON, e.g. \'{"channels_last": true}\'')
     x = sub.add_parser("run")
     x.add_argument("path")
     x.add_argument("--start", type=int, default=0)
     x.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     x.add_argument("--shared", action="store_true", help="one definition per distinct text, as the backend's cache")
     x.add_argument("--stop", type=int, help="replay the rows before this one only")
+    x.add_argument("--time", type=int, default=0, metavar="N", help="median of N timed executes per row, and the total per step")
     x.add_argument("--pin", default="all", help="outputs whose row-major layout is pinned: all (as the backend), none, "
                    "or names of stride_order results (tv41,tv47); see pinned_text")
     args = p.parse_args(argv)
     if args.cmd == "record":
-        return record(args.model, args.size, args.dtype, args.out, args.device, args.steps)
-    return run(args.path, args.start, args.child, args.shared, args.stop, args.pin)
+        return record(args.model, args.size, args.dtype, args.out, args.device, args.steps, args.options)
+    return run(args.path, args.start, args.child, args.shared, args.stop, args.pin, args.time)
 
 
 if __name__ == "__main__":

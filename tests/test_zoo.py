@@ -338,3 +338,41 @@ def test_region_replay_goes_on_after_a_region_that_kills_its_process(tmp_path, c
     assert lines[1].startswith("1: FAULT (exit 3)") and "nvfuser_region_1" in lines[1]
     bad = 1 if torch.cuda.is_available() else 3  # on a GPU the relu replays right
     assert lines[2].startswith("2: ") and lines[-1] == f"3 region signatures replayed, {bad} not ok"
+
+
+def test_region_replay_counts_calls_and_records_with_options(tmp_path):
+    """``record`` writes how often a step called each signature (a repeated layer once, with
+    its count) and takes backend options: with channels-last some regions read NHWC inputs."""
+    import json
+
+    rr = _script("region_replay")
+    rows = {}
+    for name, options in (("nchw", []), ("nhwc", ["--options", '{"channels_last": true}'])):
+        out = tmp_path / f"{name}.jsonl"
+        assert rr.main(["record", "resnet18", "--size", "tiny", "--dtype", "float32", "--out", str(out), *options]) == 0
+        rows[name] = [json.loads(line) for line in out.read_text().splitlines()]
+    calls = [r["calls"] for r in rows["nchw"]]
+    assert all(r["steps"] == 1 for r in rows["nchw"]) and min(calls) >= 1 and max(calls) > 1  # repeated blocks
+
+    def nhwc(d):  # channels innermost in memory, with H and W above 1 (not a [1, C, 1, 1] statistic)
+        return len(d.get("shape", ())) == 4 and min(d["shape"][1:]) > 1 and d["stride"][1] == 1
+
+    assert not any(nhwc(d) for r in rows["nchw"] for d in r["inputs"])
+    assert any(nhwc(d) for r in rows["nhwc"] for d in r["inputs"])
+
+
+def test_region_replay_time_totals_rows_by_their_calls(tmp_path, capsys, monkeypatch):
+    """``run --time``: each row's time, weighted by its calls per recorded step, summed."""
+    import json
+    import subprocess
+
+    rr = _script("region_replay")
+    row = {"region": "forward.nvfuser_region_0", "ops": ["aten.relu.default"], "inputs": [], "text": ""}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(dict(row, calls=8, steps=2)) + "\n" + json.dumps(dict(row, calls=1, steps=2)) + "\n")
+    child = subprocess.CompletedProcess([], 0, stdout="@ 0\n= 0 ok 10.0 us\n@ 1\n= 1 ok 6.0 us\n", stderr="")
+    monkeypatch.setattr(rr.subprocess, "run", lambda *a, **k: child)
+    assert rr.main(["run", str(path), "--time", "5"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("0: ok 10.0 us x4 |") and lines[1].startswith("1: ok 6.0 us x0.5 |")
+    assert lines[-1] == "2 region signatures replayed, 0 not ok; the ok ones take 0.043 ms per recorded step"
