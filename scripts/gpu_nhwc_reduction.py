@@ -22,9 +22,14 @@ evaluator against PyTorch, which checks the script, not nvFuser.
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.measure import time_single_call  # noqa: E402
 
 SHAPES = "32x112x112x64,32x56x56x64,32x28x28x128,32x14x14x256,32x7x7x512"
 
@@ -76,18 +81,10 @@ def _reference(dy, x, mean, rstd, channel_dim):
 
 
 def _time_us(fn, iters: int) -> float:
+    """Median of ``iters`` single calls between CUDA events, after 10 warm ones."""
     for _ in range(10):
         fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+    return time_single_call(fn, (), "cuda", iters)
 
 
 def main() -> None:

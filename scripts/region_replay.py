@@ -19,7 +19,7 @@ state; if every region replays right, look there instead.
 ``record --options '{"channels_last": true}'`` compiles with those backend options. Every row
 carries ``calls``, how many times the recorded ``steps`` called that signature (written at
 the end, so rows of a run that faults have none). ``run --time N`` times each row's execute
-(median of N calls between CUDA events, after one warm call) and ends with the total per
+(median of N single calls between CUDA events, after the checked one) and ends with the total per
 step, each row weighted by its calls: two recordings of one model (NCHW and channels-last)
 then compare region by region, without compiling the model on the GPU.
 
@@ -208,20 +208,6 @@ def evaluate(row: dict, inputs: list) -> list:
     return Evaluator(_Text(), {})(inputs)
 
 
-def time_us(run, iters: int) -> float:
-    """Median time of ``run()`` between CUDA events, after one warm call."""
-    run()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return sorted(times)[len(times) // 2]
-
-
 def replay_one(row: dict, built: dict | None = None, pin: str = "all", time_iters: int = 0) -> str:
     """``built``: definitions by text, shared between rows (``run --shared``); ``time_iters``:
     the verdict ends with the median time of that many executes (``run --time``)."""
@@ -239,7 +225,11 @@ def replay_one(row: dict, built: dict | None = None, pin: str = "all", time_iter
     refs = evaluate(row, inputs)
     wrong = [f"output {i}: {why}" for i, (o, r) in enumerate(zip(outs, refs)) if (why := mismatch(o, r))]
     verdict = "MISMATCH " + "; ".join(wrong)[:600] if wrong else "ok"
-    return f"{verdict} {time_us(lambda: fd.execute(inputs), time_iters):.1f} us" if time_iters and not wrong else verdict
+    if not time_iters or wrong:
+        return verdict
+    from benchmarks.measure import time_single_call  # the execute above was the warm call
+
+    return f"{verdict} {time_single_call(fd.execute, (inputs,), 'cuda', time_iters):.1f} us"
 
 
 def _summary(row: dict) -> str:
