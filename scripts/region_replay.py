@@ -19,7 +19,8 @@ state; if every region replays right, look there instead.
 ``record --options '{"channels_last": true}'`` compiles with those backend options. Every row
 carries ``calls``, how many times the recorded ``steps`` called that signature (written at
 the end, so rows of a run that faults have none). ``run --time N`` times each row's execute
-(median of N single calls between CUDA events, after the checked one) and ends with the total per
+(median of N single calls between CUDA events, after the checked one, and the bandwidth
+that time gives for reading every input and writing every output once) and ends with the total per
 step, each row weighted by its calls: two recordings of one model (NCHW and channels-last)
 then compare region by region, without compiling the model on the GPU.
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import subprocess
 import sys
@@ -229,7 +231,15 @@ def replay_one(row: dict, built: dict | None = None, pin: str = "all", time_iter
         return verdict
     from benchmarks.measure import time_single_call  # the execute above was the warm call
 
-    return f"{verdict} {time_single_call(fd.execute, (inputs,), 'cuda', time_iters):.1f} us"
+    us = time_single_call(fd.execute, (inputs,), "cuda", time_iters)
+    return f"{verdict} {us:.1f} us {moved_bytes(inputs, outs) / us / 1e3:.0f} GB/s"
+
+
+def moved_bytes(inputs, outputs) -> int:
+    """Bytes a region must read and write at least: every element of every tensor input and
+    output once (a broadcast dim, stride 0, once)."""
+    return sum(math.prod(n for n, st in zip(t.shape, t.stride()) if st) * t.element_size()
+               for t in (*inputs, *outputs) if isinstance(t, torch.Tensor))
 
 
 def _summary(row: dict) -> str:
@@ -238,7 +248,7 @@ def _summary(row: dict) -> str:
     return f"{row['region']} ({','.join(row['ops'])[:120]}) [{shapes[:300]}]"
 
 
-_TIMED = re.compile(r"^ok ([\d.]+) us$")
+_TIMED = re.compile(r"^ok ([\d.]+) us( \d+ GB/s)?$")
 
 
 def run(path: str, start: int, child: bool, shared: bool = False, stop: int | None = None, pin: str = "all",

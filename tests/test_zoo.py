@@ -370,9 +370,11 @@ def test_region_replay_time_totals_rows_by_their_calls(tmp_path, capsys, monkeyp
     row = {"region": "forward.nvfuser_region_0", "ops": ["aten.relu.default"], "inputs": [], "text": ""}
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(dict(row, calls=8, steps=2)) + "\n" + json.dumps(dict(row, calls=1, steps=2)) + "\n")
-    child = subprocess.CompletedProcess([], 0, stdout="@ 0\n= 0 ok 10.0 us\n@ 1\n= 1 ok 6.0 us\n", stderr="")
+    child = subprocess.CompletedProcess([], 0, stdout="@ 0\n= 0 ok 10.0 us 300 GB/s\n@ 1\n= 1 ok 6.0 us\n", stderr="")
     monkeypatch.setattr(rr.subprocess, "run", lambda *a, **k: child)
     assert rr.main(["run", str(path), "--time", "5"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("0: ok 10.0 us x4 |") and lines[1].startswith("1: ok 6.0 us x0.5 |")
+    assert lines[0].startswith("0: ok 10.0 us 300 GB/s x4 |") and lines[1].startswith("1: ok 6.0 us x0.5 |")
     assert lines[-1] == "2 region signatures replayed, 0 not ok; the ok ones take 0.043 ms per recorded step"
+    x = torch.zeros(4, 8, dtype=torch.bfloat16).expand(3, 4, 8)  # the broadcast dim is read once
+    assert rr.moved_bytes([x, 2.0, torch.ones(2, 3).t()], [torch.zeros(5)]) == 4 * 8 * 2 + 6 * 4 + 5 * 4
