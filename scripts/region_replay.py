@@ -24,6 +24,9 @@ that time gives for reading every input and writing every output once) and ends 
 step, each row weighted by its calls: two recordings of one model (NCHW and channels-last)
 then compare region by region, without compiling the model on the GPU.
 
+``bytes FILE`` (CPU) adds up what the recorded step's regions must read and write at least,
+and what that takes at an H100's 3.35 TB/s: the floor under ``run --time``'s total.
+
 ``run --shared`` builds one definition per distinct text and runs the rows in their recorded
 order through it, as the backend's fusion cache does (Note [Fusion cache key]: sizes are not
 in the key, so a model's blocks of one structure at several sizes share one nvFuser
@@ -297,6 +300,22 @@ def run(path: str, start: int, child: bool, shared: bool = False, stop: int | No
     return 1 if bad else 0
 
 
+def least_bytes(path: str, top: int = 5) -> int:
+    """What a recorded step's regions must move at least (``moved_bytes`` of every row, its
+    outputs from the evaluator, times its calls per step), and that at an H100's 3.35 TB/s:
+    the floor under the timed replay's total. Runs on the CPU."""
+    rows = [json.loads(line) for line in open(path)]
+    per_row = []
+    for i, row in enumerate(rows):
+        inputs = make_inputs(row, "cpu")
+        per_row.append((moved_bytes(inputs, evaluate(row, inputs)) * row.get("calls", 1) / row.get("steps", 1), i))
+    total = sum(b for b, _ in per_row)
+    print(f"{path}: {total / 1e6:.0f} MB per step at least, {total / 3.35e9:.3f} ms at 3.35 TB/s")
+    for b, i in sorted(per_row, reverse=True)[:top]:
+        print(f"  {b / 1e6:8.1f} MB  {i}: {_summary(rows[i])[:160]}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -317,7 +336,11 @@ def main(argv=None) -> int:
     x.add_argument("--time", type=int, default=0, metavar="N", help="median of N timed executes per row, and the total per step")
     x.add_argument("--pin", default="all", help="outputs whose row-major layout is pinned: all (as the backend), none, "
                    "or names of stride_order results (tv41,tv47); see pinned_text")
+    y = sub.add_parser("bytes", help="the least bytes a recorded step's regions move, on the CPU")
+    y.add_argument("path")
     args = p.parse_args(argv)
+    if args.cmd == "bytes":
+        return least_bytes(args.path)
     if args.cmd == "record":
         return record(args.model, args.size, args.dtype, args.out, args.device, args.steps, args.options)
     return run(args.path, args.start, args.child, args.shared, args.stop, args.pin, args.time)

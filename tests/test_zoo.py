@@ -361,6 +361,21 @@ def test_region_replay_counts_calls_and_records_with_options(tmp_path):
     assert any(nhwc(d) for r in rows["nhwc"] for d in r["inputs"])
 
 
+def test_region_replay_bytes_adds_up_what_a_step_moves(tmp_path, capsys):
+    """``bytes``: every row's inputs and evaluated outputs, once each, times its calls."""
+    import json
+
+    rr = _script("region_replay")
+    text = ("def nvfuser_fusion(fd : FusionDefinition) -> None :\n"
+            "    tv0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, is_cpu=False)\n"
+            "    fd.add_output(fd.ops.sum(tv0, dims=[1], dtype=DataType.Float))\n")
+    inputs = [{"dtype": "float32", "shape": [1000, 250], "stride": [250, 1], "offset": 0, "cpu_scalar": False}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"region": "r", "ops": [], "text": text, "inputs": inputs, "calls": 6, "steps": 2}) + "\n")
+    assert rr.main(["bytes", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith(": 3 MB per step at least, 0.001 ms at 3.35 TB/s")
+
+
 def test_region_replay_time_totals_rows_by_their_calls(tmp_path, capsys, monkeypatch):
     """``run --time``: each row's time, weighted by its calls per recorded step, summed."""
     import json
