@@ -251,6 +251,11 @@ def _summary(row: dict) -> str:
     return f"{row['region']} ({','.join(row['ops'])[:120]}) [{shapes[:300]}]"
 
 
+def _calls_per_step(row: dict) -> float:
+    """How often a recorded step called the row's signature (1 for rows recorded without)."""
+    return row.get("calls", 1) / row.get("steps", 1)
+
+
 _TIMED = re.compile(r"^ok ([\d.]+) us( \d+ GB/s)?$")
 
 
@@ -285,8 +290,8 @@ def run(path: str, start: int, child: bool, shared: bool = False, stop: int | No
                 bad += verdict != "ok" and not timed
                 row = rows[int(index)]
                 if timed:  # weighted by the row's calls per recorded step
-                    per_step += float(timed.group(1)) * row.get("calls", 1) / row.get("steps", 1)
-                    verdict += f" x{row.get('calls', 1) / row.get('steps', 1):g}"
+                    per_step += float(timed.group(1)) * _calls_per_step(row)
+                    verdict += f" x{_calls_per_step(row):g}"
                 print(f"{index}: {verdict} | {_summary(row)}", flush=True)
                 last = int(index) + 1
         if last < len(rows) and proc.returncode != 0:  # the child died in region ``last``
@@ -308,7 +313,7 @@ def least_bytes(path: str, top: int = 5) -> int:
     per_row = []
     for i, row in enumerate(rows):
         inputs = make_inputs(row, "cpu")
-        per_row.append((moved_bytes(inputs, evaluate(row, inputs)) * row.get("calls", 1) / row.get("steps", 1), i))
+        per_row.append((moved_bytes(inputs, evaluate(row, inputs)) * _calls_per_step(row), i))
     total = sum(b for b, _ in per_row)
     print(f"{path}: {total / 1e6:.0f} MB per step at least, {total / 3.35e9:.3f} ms at 3.35 TB/s")
     for b, i in sorted(per_row, reverse=True)[:top]:
