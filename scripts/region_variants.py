@@ -11,7 +11,8 @@ output, 1 mean, 2 rstd, 3 and 4 the updated running statistics); ``twopass`` com
 statistics with two sums instead of ``welford``; ``segset`` puts a ``segment_set`` on the
 statistics, so what reads them runs in other kernels.
 
-``memory_order_inputs`` changes the inputs too, for any region: every input defined with a
+``segset_sums`` puts a ``segment_set`` on every ``sum``, so what reads a sum runs in a
+later kernel. ``memory_order_inputs`` changes the inputs too, for any region: every input defined with a
 ``stride_order`` (a channels-last activation: logical NCHW, NHWC in memory) is defined
 instead as a dense tensor in its memory order, then permuted to its logical order in the
 fusion, and the row's input descriptors follow. Same numbers, but nvFuser schedules a
@@ -105,6 +106,15 @@ def memory_order_inputs(row: dict) -> dict:
     return dict(row, text="".join(lines), inputs=[inputs.get(id(d), d) for d in row["inputs"]])
 
 
+_SUM = re.compile(r"^(\s+)(\w+) = (fd\.ops\.sum\(.*\))$", re.M)
+
+
+def segset_sums(text: str) -> str:
+    """Every ``sum``'s result through a ``segment_set``: what reads a sum (a batch norm
+    backward's input gradient) runs in a kernel after the reduction's."""
+    return _SUM.sub(lambda m: f"{m[1]}{m[2]}_s = {m[3]}\n{m[1]}{m[2]} = fd.ops.segment_set({m[2]}_s)", text)
+
+
 def _text_only(change):
     return lambda row: dict(row, text=change(row["text"]))
 
@@ -118,6 +128,7 @@ VARIANTS = {
     "twopass": _text_only(twopass),
     "segset": _text_only(segset),
     "memory_order_inputs": memory_order_inputs,
+    "segset_sums": _text_only(segset_sums),
 }
 
 

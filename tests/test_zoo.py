@@ -395,23 +395,25 @@ def test_region_replay_time_totals_rows_by_their_calls(tmp_path, capsys, monkeyp
     assert rr.moved_bytes([x, 2.0, torch.ones(2, 3).t()], [torch.zeros(5)]) == 4 * 8 * 2 + 6 * 4 + 5 * 4
 
 
-def test_region_variants_memory_order_inputs_gives_the_recorded_numbers(tmp_path):
-    """scripts/region_variants.py ``memory_order_inputs``: a channels-last region's NHWC inputs
-    declared dense in memory order and permuted in the fusion. The variant builds in nvFuser
-    and, on the same memory, evaluates to the recorded region's outputs."""
+def test_region_variants_for_channels_last_give_the_recorded_numbers(tmp_path):
+    """scripts/region_variants.py ``memory_order_inputs`` (a channels-last region's NHWC inputs
+    declared dense in memory order and permuted in the fusion) and ``segset_sums``: each
+    variant builds in nvFuser and, on the same memory, evaluates to the recorded outputs."""
     import json
 
     rr, rv = _script("region_replay"), _script("region_variants")
     recorded, variants = tmp_path / "cl.jsonl", tmp_path / "variants.jsonl"
     assert rr.main(["record", "resnet18", "--size", "tiny", "--dtype", "float32", "--out", str(recorded),
                     "--options", '{"channels_last": true}']) == 0
-    assert rv.main([str(recorded), "--rows", "all", "--variants", "memory_order_inputs", "--out", str(variants)]) == 0
+    assert rv.main([str(recorded), "--rows", "all", "--variants", "memory_order_inputs,segset_sums", "--out", str(variants)]) == 0
     rows = [json.loads(line) for line in recorded.read_text().splitlines()]
     changed = 0
-    for row, variant in zip(rows, (json.loads(line) for line in variants.read_text().splitlines())):
+    pairs = zip((row for row in rows for _ in range(2)), (json.loads(line) for line in variants.read_text().splitlines()))
+    for row, variant in pairs:
         changed += variant["text"] != row["text"]
         assert variant["calls"] == row["calls"]
         rr.build(variant)
         for out, ref in zip(rr.evaluate(variant, rr.make_inputs(variant, "cpu")), rr.evaluate(row, rr.make_inputs(row, "cpu"))):
             torch.testing.assert_close(out, ref)
-    assert changed >= len(rows) // 2  # most of the regions read NHWC activations
+    assert changed >= len(rows)  # most of the regions read NHWC activations, and most sum
+    assert "fd.ops.segment_set(" in variants.read_text()
