@@ -254,7 +254,11 @@ def _split_at_gemms(p, order: dict[fx.Node, int]) -> list:
 # (directly or through other nodes of the region) starts a piece of its own, and what reads it
 # follows it, as with matmuls (Note [One matmul per region]: a node's piece is at least its
 # inputs', so the pieces are convex and form no cycle). The SE mean then reads the SiLU's
-# output, which the region outputs anyway for the SE multiply.
+# output, which the region outputs anyway for the SE multiply. A batch norm written by hand,
+# ``var_mean`` (or ``var``) over the batch dim of an activation that keeps its channel dim
+# (``_hand_written_batch_norm``), gives the same fusion and counts as one: two-pass
+# statistics faulted as well. That case has not run on a GPU; the cut only keeps it out of
+# the shape that faulted.
 BATCH_NORMS = frozenset({aten._native_batch_norm_legit_functional.default})
 REDUCTIONS = BATCH_NORMS | frozenset({
     aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default, aten.amax.default, aten.amin.default,
@@ -262,15 +266,32 @@ REDUCTIONS = BATCH_NORMS | frozenset({
     aten.any.default, aten._softmax.default, aten._log_softmax.default, aten.native_layer_norm.default})
 
 
+def _hand_written_batch_norm(node: fx.Node) -> bool:
+    """``var_mean`` or ``var`` over dim 0 of a tensor of rank 3 or more that keeps dim 1 (Note
+    [No reduction after a batch norm])."""
+    if node.target not in (aten.var_mean.correction, aten.var.correction) or not node.args:
+        return False
+    val = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    if not isinstance(val, torch.Tensor) or val.dim() < 3 or not dims:
+        return False
+    dims = {d % val.dim() for d in dims}
+    return 0 in dims and 1 not in dims
+
+
+def _batch_norm(node: fx.Node) -> bool:
+    return node.target in BATCH_NORMS or _hand_written_batch_norm(node)
+
+
 def _split_after_batch_norms(p, order: dict[fx.Node, int]) -> list:
     """``p`` cut so that no reduction follows a batch norm in its piece (Note [No reduction
     after a batch norm])."""
-    if not any(n.target in BATCH_NORMS for n in p.nodes):
+    if not any(map(_batch_norm, p.nodes)):
         return [p]
     after_bn: set[fx.Node] = set()  # nodes that read a batch norm of their own piece
 
     def starts(node, inputs) -> bool:
-        if not any(a in after_bn or a.target in BATCH_NORMS for a in inputs):
+        if not any(a in after_bn or _batch_norm(a) for a in inputs):
             return False
         if node.target in REDUCTIONS:
             return True
