@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call, after `source .device/setup.sh`: recorded regions replayed alone and timed
+# (scripts/region_replay.py run --time), file after file, then each file's slowest rows again
+# with nvFuser's segmentation printed (NVFUSER_DUMP=segmented_fusion). No model compiles.
+#   REGION_FILES="a.jsonl b.jsonl" [TIME_ITERS=20] [SLOWEST=3] [REPLAY_TIMEOUT=240] bash scripts/gpu_region_times.sh
+# Default files: ResNet-18's training regions in NCHW, channels-last, and the channels-last
+# variants (benchmarks/results/h100_session21/regions). Logs in $OUT/all.tgz; the totals and
+# slowest rows are printed.
+out="${OUT:-/tmp/gpu-region-times}"; w="$out/work"
+source scripts/gpu_prelude.sh "$w/logs"
+d=benchmarks/results/h100_session21/regions
+files="${REGION_FILES:-$d/resnet18_nchw.jsonl $d/resnet18_channels_last_mixed_ignores_size1.jsonl $d/resnet18_channels_last_mixed_ignores_size1_memory_order_inputs.jsonl $d/resnet18_channels_last_mixed_ignores_size1_segset_sums.jsonl}"
+for f in $files; do
+  name=$(basename "$f" .jsonl)
+  timeout "${REPLAY_TIMEOUT:-240}" python3 scripts/region_replay.py run "$f" --time "${TIME_ITERS:-20}" > "$w/logs/times_$name.log" 2> "$w/logs/times_$name.err"
+  # the slowest rows by time x calls, then their segments
+  for i in $(python3 - "$w/logs/times_$name.log" "${SLOWEST:-3}" <<'PY'
+import re, sys
+rows = []
+for line in open(sys.argv[1]):
+    m = re.match(r"^(\d+): ok ([\d.]+) us(?: \d+ GB/s)? x([\d.e+-]+) ", line)
+    if m:
+        rows.append((float(m[2]) * float(m[3]), int(m[1])))
+print(" ".join(str(i) for _, i in sorted(rows, reverse=True)[:int(sys.argv[2])]))
+PY
+); do
+    NVFUSER_DUMP=segmented_fusion timeout 60 python3 scripts/region_replay.py run "$f" --start "$i" --stop "$((i + 1))" \
+      > "$w/logs/segments_${name}_$i.log" 2>&1
+  done
+done
+tar -czf "$out/all.tgz" -C "$w" .
+for f in $files; do
+  name=$(basename "$f" .jsonl)
+  echo "#### $name"; tail -1 "$w/logs/times_$name.log"
+  grep -E "^[0-9]+: " "$w/logs/times_$name.log" | grep -v ": ok " | cut -c1-200 | head -5
+done
+rm -rf "$w"
