@@ -214,10 +214,10 @@ def _laid_out(ops, value, val) -> tuple[Any, tuple[int, ...] | None]:
     order = memory_order(val)
     if order is None:
         return value, None
-    inverse = None
-    if not PIN_ROW_MAJOR and order == list(range(len(order))):
+    inverse, row_major = None, order == list(range(len(order)))
+    if not PIN_ROW_MAJOR and row_major:
         return ops.stride_order(value, []), None  # a plain copy, no allocation domain
-    if order != list(range(len(order))):
+    if not row_major:
         value = ops.permute(value, order)
         inverse = tuple(sorted(range(len(order)), key=order.__getitem__))
     return ops.stride_order(value, list(range(len(order) - 1, -1, -1))), inverse

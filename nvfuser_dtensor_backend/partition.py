@@ -286,12 +286,13 @@ def _batch_norm(node: fx.Node) -> bool:
 def _split_after_batch_norms(p, order: dict[fx.Node, int]) -> list:
     """``p`` cut so that no reduction follows a batch norm in its piece (Note [No reduction
     after a batch norm])."""
-    if not any(map(_batch_norm, p.nodes)):
+    batch_norms = set(filter(_batch_norm, p.nodes))
+    if not batch_norms:
         return [p]
     after_bn: set[fx.Node] = set()  # nodes that read a batch norm of their own piece
 
     def starts(node, inputs) -> bool:
-        if not any(a in after_bn or _batch_norm(a) for a in inputs):
+        if not any(a in after_bn or a in batch_norms for a in inputs):
             return False
         if node.target in REDUCTIONS:
             return True
