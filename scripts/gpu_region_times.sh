@@ -13,17 +13,9 @@ files="${REGION_FILES:-$d/resnet18_nchw.jsonl $d/resnet18_channels_last_mixed_ig
 for f in $files; do
   name=$(basename "$f" .jsonl)
   timeout "${REPLAY_TIMEOUT:-240}" python3 scripts/region_replay.py run "$f" --time "${TIME_ITERS:-20}" > "$w/logs/times_$name.log" 2> "$w/logs/times_$name.err"
-  # the slowest rows by time x calls, then their segments
-  for i in $(python3 - "$w/logs/times_$name.log" "${SLOWEST:-3}" <<'PY'
-import re, sys
-rows = []
-for line in open(sys.argv[1]):
-    m = re.match(r"^(\d+): ok ([\d.]+) us(?: \d+ GB/s)? x([\d.e+-]+) ", line)
-    if m:
-        rows.append((float(m[2]) * float(m[3]), int(m[1])))
-print(" ".join(str(i) for _, i in sorted(rows, reverse=True)[:int(sys.argv[2])]))
-PY
-); do
+  # the slowest rows by time x calls (region_replay prints them), then their segments
+  slowest=$(sed -n 's/^slowest rows per step: //p' "$w/logs/times_$name.log")
+  for i in $(echo $slowest | cut -d' ' -f1-"${SLOWEST:-3}"); do
     NVFUSER_DUMP=segmented_fusion timeout 60 python3 scripts/region_replay.py run "$f" --start "$i" --stop "$((i + 1))" \
       > "$w/logs/segments_${name}_$i.log" 2>&1
   done

@@ -82,22 +82,30 @@ def record(model: str, size: str, dtype: str, out: str, device: str, steps: int,
     from nvfuser_dtensor_backend import region
 
     seen: dict[tuple, int] = {}  # signature -> calls
+    sig_of: dict[tuple, tuple | None] = {}  # (region, entry key) -> its first call's signature
     f = open(out, "w")
 
-    def recording(self, args, key):
+    def first_signature(self, args, key) -> tuple | None:
         entry = self._entries.get(key)
         if entry is None:
             self._prepare(args, key)
             entry = self._entries[key]
         inner, contiguous = _unwrapped(entry)
         text = _text(inner)
-        if text is not None:  # written before the call: a region that faults is in the file
-            inputs = [_describe(a.contiguous() if contiguous and isinstance(a, torch.Tensor) else a) for a in args]
-            sig = (text, json.dumps(inputs))
-            if sig not in seen:
-                seen[sig] = 0
-                f.write(json.dumps({"region": self.name, "ops": self.ops, "text": text, "inputs": inputs}) + "\n")
-                f.flush()
+        if text is None:
+            return None
+        inputs = [_describe(a.contiguous() if contiguous and isinstance(a, torch.Tensor) else a) for a in args]
+        sig = (text, json.dumps(inputs))
+        if sig not in seen:  # written before the call: a region that faults is in the file
+            seen[sig] = 0
+            f.write(json.dumps({"region": self.name, "ops": self.ops, "text": text, "inputs": inputs}) + "\n")
+            f.flush()
+        return sig
+
+    def recording(self, args, key):
+        if (id(self), key) not in sig_of:  # described once per region and entry, not per call
+            sig_of[id(self), key] = first_signature(self, args, key)
+        if (sig := sig_of[id(self), key]) is not None:
             seen[sig] += 1
         return forward(self, *args)  # the entry is made: the original fast path runs it
 
@@ -272,7 +280,7 @@ def run(path: str, start: int, child: bool, shared: bool = False, stop: int | No
                 verdict = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
             print(f"= {i} {verdict}", flush=True)
         return 0
-    bad, i, per_step = 0, start, 0.0
+    bad, i, timed_rows = 0, start, {}  # row -> its time per recorded step
     while i < len(rows):
         proc = subprocess.run([sys.executable, __file__, "run", path, "--start", str(i), "--child",
                                *(["--shared"] if shared else []), "--pin", pin, "--time", str(time_iters),
@@ -290,7 +298,7 @@ def run(path: str, start: int, child: bool, shared: bool = False, stop: int | No
                 bad += verdict != "ok" and not timed
                 row = rows[int(index)]
                 if timed:  # weighted by the row's calls per recorded step
-                    per_step += float(timed.group(1)) * _calls_per_step(row)
+                    timed_rows[int(index)] = float(timed.group(1)) * _calls_per_step(row)
                     verdict += f" x{_calls_per_step(row):g}"
                 print(f"{index}: {verdict} | {_summary(row)}", flush=True)
                 last = int(index) + 1
@@ -300,8 +308,10 @@ def run(path: str, start: int, child: bool, shared: bool = False, stop: int | No
             bad += 1
             last += 1
         i = max(last, i + 1) if proc.returncode != 0 else len(rows)
+    if time_iters:  # for scripts/gpu_region_times.sh, which dumps these rows' segments
+        print("slowest rows per step:", " ".join(str(j) for j in sorted(timed_rows, key=timed_rows.get, reverse=True)))
     print(f"{len(rows)} region signatures replayed, {bad} not ok"
-          + (f"; the ok ones take {per_step / 1e3:.3f} ms per recorded step" if time_iters else ""))
+          + (f"; the ok ones take {sum(timed_rows.values()) / 1e3:.3f} ms per recorded step" if time_iters else ""))
     return 1 if bad else 0
 
 

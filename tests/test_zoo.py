@@ -391,6 +391,7 @@ def test_region_replay_time_totals_rows_by_their_calls(tmp_path, capsys, monkeyp
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("0: ok 10.0 us 300 GB/s x4 |") and lines[1].startswith("1: ok 6.0 us x0.5 |")
     assert lines[-1] == "2 region signatures replayed, 0 not ok; the ok ones take 0.043 ms per recorded step"
+    assert lines[-2] == "slowest rows per step: 0 1"
     x = torch.zeros(4, 8, dtype=torch.bfloat16).expand(3, 4, 8)  # the broadcast dim is read once
     assert rr.moved_bytes([x, 2.0, torch.ones(2, 3).t()], [torch.zeros(5)]) == 4 * 8 * 2 + 6 * 4 + 5 * 4
 
