@@ -381,3 +381,15 @@ def siamese_lent_logits(device, make, **tol) -> None:
             continue
         torch.testing.assert_close(value, want, **tol)
     assert revoked > 0  # the early steps' recordings replayed since
+
+
+def load_script(name: str):
+    """A script of scripts/ loaded as a module (scripts/ is not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -142,13 +142,9 @@ def test_host_overhead_splits_a_call(monkeypatch, capsys):
 def test_nhwc_reduction_script_defines_each_variant_right(monkeypatch, capsys):
     """scripts/gpu_nhwc_reduction.py on the CPU: every variant's definition (one stage, two
     stages, two fusions, NCHW) evaluated against PyTorch's sums."""
-    import importlib.util
-    from pathlib import Path
+    from helpers import load_script
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "gpu_nhwc_reduction.py"
-    spec = importlib.util.spec_from_file_location("gpu_nhwc_reduction", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("gpu_nhwc_reduction")
     assert script._split(2 * 7 * 7) == (1, 98) and script._split(4 * 14 * 14) == (7, 112)
     monkeypatch.setattr("sys.argv", ["gpu_nhwc_reduction", "--shapes", "2x7x7x16,4x14x14x8", "--iters", "1"])
     script.main()

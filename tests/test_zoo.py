@@ -20,7 +20,7 @@ pytest.importorskip("torchvision")
 
 from benchmarks import zoo, zoo_check  # noqa: E402
 from cpu_capture import captured_on_cpu  # noqa: E402,F401 - a fixture
-from helpers import DEVICE  # noqa: E402
+from helpers import DEVICE, load_script  # noqa: E402
 import nvfuser_dtensor_backend as nb  # noqa: E402
 from nvfuser_dtensor_backend.region import NvFuserFallbackWarning  # noqa: E402
 
@@ -242,20 +242,8 @@ def test_fuse_matmul_regions_hold_one_matmul_and_layers_share_definitions():
     assert info["hits"] >= 10 and info["builds"] < len(regions), info
 
 
-def _script(name: str):
-    """A script of scripts/ loaded as a module (scripts/ is not a package)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_accumulate_alone_probe_names_gradients_that_are_not_finite(monkeypatch, capsys):
-    probe = _script("gpu_accumulate_alone")
+    probe = load_script("gpu_accumulate_alone")
     assert probe.main(["gpt2", "--size", "tiny", "--dtype", "float32", "--arm", "plain", "--steps", "1"]) == 0
     out = capsys.readouterr().out
     assert "step 0 micro 1" in out and "gpt2 plain: OK" in out
@@ -279,7 +267,7 @@ def test_region_replay_records_definitions_that_rebuild_and_evaluate(tmp_path):
     evaluator runs them on inputs made to the recorded layouts, to the recorded shapes."""
     import json
 
-    rr = _script("region_replay")
+    rr = load_script("region_replay")
     out = tmp_path / "gpt2.jsonl"
     assert rr.main(["record", "gpt2", "--size", "tiny", "--dtype", "float32", "--out", str(out)]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -301,7 +289,7 @@ def test_region_replay_records_definitions_that_rebuild_and_evaluate(tmp_path):
 def test_region_replay_pins_the_row_major_outputs_the_print_dropped():
     """nvFuser prints the backend's row-major ``stride_order`` as ``stride_order=[]``, a plain
     copy when rebuilt; the replay pins it back (all, none, or the named results)."""
-    rr = _script("region_replay")
+    rr = load_script("region_replay")
     text = ("def nvfuser_fusion(fd : FusionDefinition) -> None :\n"
             "    tv0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, is_cpu=False)\n"
             "    tv1 = fd.ops.exp(tv0)\n"
@@ -326,7 +314,7 @@ def test_region_replay_goes_on_after_a_region_that_kills_its_process(tmp_path, c
     the CPU the others report that no GPU runs them)."""
     import json
 
-    rr = _script("region_replay")
+    rr = load_script("region_replay")
     good = {"region": "forward.nvfuser_region_0", "ops": ["aten.relu.default"], "inputs": [
         {"dtype": "float32", "shape": [4], "stride": [1], "offset": 0, "cpu_scalar": False}],
         "text": "def nvfuser_fusion(fd):\n    fd.add_output(fd.ops.relu(fd.define_tensor(shape=[-1], contiguity=[True])))\n"}
@@ -345,7 +333,7 @@ def test_region_replay_counts_calls_and_records_with_options(tmp_path):
     its count) and takes backend options: with channels-last some regions read NHWC inputs."""
     import json
 
-    rr = _script("region_replay")
+    rr = load_script("region_replay")
     rows = {}
     for name, options in (("nchw", []), ("nhwc", ["--options", '{"channels_last": true}'])):
         out = tmp_path / f"{name}.jsonl"
@@ -365,7 +353,7 @@ def test_region_replay_bytes_adds_up_what_a_step_moves(tmp_path, capsys):
     """``bytes``: every row's inputs and evaluated outputs, once each, times its calls."""
     import json
 
-    rr = _script("region_replay")
+    rr = load_script("region_replay")
     text = ("def nvfuser_fusion(fd : FusionDefinition) -> None :\n"
             "    tv0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, is_cpu=False)\n"
             "    fd.add_output(fd.ops.sum(tv0, dims=[1], dtype=DataType.Float))\n")
@@ -381,7 +369,7 @@ def test_region_replay_time_totals_rows_by_their_calls(tmp_path, capsys, monkeyp
     import json
     import subprocess
 
-    rr = _script("region_replay")
+    rr = load_script("region_replay")
     row = {"region": "forward.nvfuser_region_0", "ops": ["aten.relu.default"], "inputs": [], "text": ""}
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(dict(row, calls=8, steps=2)) + "\n" + json.dumps(dict(row, calls=1, steps=2)) + "\n")
@@ -402,7 +390,7 @@ def test_region_variants_for_channels_last_give_the_recorded_numbers(tmp_path):
     variant builds in nvFuser and, on the same memory, evaluates to the recorded outputs."""
     import json
 
-    rr, rv = _script("region_replay"), _script("region_variants")
+    rr, rv = load_script("region_replay"), load_script("region_variants")
     recorded, variants = tmp_path / "cl.jsonl", tmp_path / "variants.jsonl"
     assert rr.main(["record", "resnet18", "--size", "tiny", "--dtype", "float32", "--out", str(recorded),
                     "--options", '{"channels_last": true}']) == 0
