@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import statistics
 import time
 from typing import Callable
 
 import torch
+
+
+@contextlib.contextmanager
+def timing_turn(lock_file: str):
+    """Hold the zoo's timing lock (``--timing-lock``): with several processes at once, they
+    compile side by side but warm up and time one at a time, so no timed step shares the GPU
+    with another process's steps (compiles still share the CPU)."""
+    if not lock_file:
+        yield
+        return
+    import fcntl
+
+    with open(lock_file, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def sync(device: str) -> None:

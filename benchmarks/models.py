@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import contextlib
 import copy
 import csv
 import json
@@ -45,7 +44,7 @@ from pathlib import Path
 import torch
 
 from . import zoo, zoo_check
-from .measure import is_gpu_range, sync, time_single_call
+from .measure import is_gpu_range, sync, time_single_call, timing_turn
 from .report import _fmt, geomean
 from .run import environment, parse_backend
 
@@ -67,27 +66,9 @@ def _row(a, name: str, mode: str, backend: str, **kw) -> dict:
 
 # ------------------------------------------------------------------------- one model, in-process
 
-@contextlib.contextmanager
-def _timing_turn(lock_file: str):
-    """Hold the zoo's timing lock (``--timing-lock``): with several model processes at once, they
-    compile side by side but warm up and time one at a time, so no timed step shares the GPU
-    with another process's steps (compiles still share the CPU)."""
-    if not lock_file:
-        yield
-        return
-    import fcntl
-
-    with open(lock_file, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _time(model, zm, batch, train: bool, device: str, warmup: int, iters: int, lock_file: str = "") -> dict:
     """Median step time after ``warmup`` steps, and the peak memory of the timed steps (CUDA)."""
-    with _timing_turn(lock_file):
+    with timing_turn(lock_file):
         return _time_now(model, zm, batch, train, device, warmup, iters)
 
 
@@ -417,7 +398,7 @@ def parse_args(argv=None):
                    help="models run at once, each in its own process; they compile side by side and time "
                         "their steps one at a time (see --timed-together)")
     p.add_argument("--result-file", default="", help=argparse.SUPPRESS)
-    p.add_argument("--timing-lock", default="", help=argparse.SUPPRESS)  # internal: see _timing_turn
+    p.add_argument("--timing-lock", default="", help=argparse.SUPPRESS)  # internal: see measure.timing_turn
     p.add_argument("--timed-together", action="store_true",
                    help="with --jobs > 1, let models time their steps at the same time (the old, noisier way)")
     a = p.parse_args(argv)

@@ -5,8 +5,9 @@
 # the top kernels of GPT-2's training step (REGION_ERRORS="gpt2 roberta": the whole nvFuser
 # errors of those models' fallback regions, scripts/gpu_region_errors.py; DIAG="bart": step times
 # and what is captured; ZOO_MODELS, ZOO_MODES, ZOO_JOBS, ZOO_BACKENDS narrow the zoo; OVERHEAD_TIMEOUT=0
-# skips the call overhead, TOP_KERNELS=0 GPT-2's top kernels; ARM_MODELS, ARM_ENV and ARM_BACKENDS: an A/B
-# arm of training steps beside the zoo, e.g. ARM_MODELS=vit_s16 ARM_ENV=NVFUSER_DTENSOR_MOVE_KERNELS=cat);
+# skips the call overhead, TOP_KERNELS=0 GPT-2's top kernels; ARM_MODELS, ARM_ENV, ARM_BACKENDS and ARM_JOBS: an A/B
+# arm of training steps beside the zoo, e.g. ARM_MODELS=vit_s16 ARM_ENV=NVFUSER_DTENSOR_MOVE_KERNELS=cat; TIMING_LOCK:
+# the timing lock's file, to share it with scripts/gpu_region_times.sh run beside this script);
 # FAULT_PROBES (models) with FAULT_OPTIONS (JSON): scripts/gpu_fault_probe.py traced, each in its own
 # process; REUSE_MODELS: scripts/gpu_graph_memory_reuse.py in bf16 (REUSE_TIMEOUT, default ZOO_TIMEOUT: 240 s
 # did not see EfficientNet-B0 through two compiles beside the zoo); ACCUM_ALONE (models):
@@ -20,13 +21,14 @@
 out="${OUT:-/tmp/gpu-zoo-own}"; w="$out/work"
 source scripts/gpu_prelude.sh "$w/logs"
 zt="${ZOO_TIMEOUT:-430}"
+lock="${TIMING_LOCK:-$w/timing.lock}"  # shared with scripts/gpu_region_times.sh run beside it
 timeout "$zt" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real --jobs "${ZOO_JOBS:-13}" --models "${ZOO_MODELS:-}" --modes "${ZOO_MODES:-train,infer}" \
   --timeout-s "$((zt - 15))" --warmup 3 --iters 10 --backends "${ZOO_BACKENDS:-inductor,inductor:reduce-overhead,nvfuser_dtensor}" \
-  --timing-lock "$w/timing.lock" --out "$w/h200_models" > "$w/logs/zoo.log" 2>&1 &
+  --timing-lock "$lock" --out "$w/h200_models" > "$w/logs/zoo.log" 2>&1 &
 if [ -n "${ARM_MODELS:-}" ]; then  # an A/B arm beside the zoo (ARM_ENV: its switch), on the same timing lock
-  env ${ARM_ENV:-} timeout "$zt" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real --jobs 2 \
+  env ${ARM_ENV:-} timeout "$zt" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real --jobs "${ARM_JOBS:-2}" \
     --models "$ARM_MODELS" --modes train --timeout-s "$((zt - 15))" --warmup 3 --iters 10 \
-    --backends "${ARM_BACKENDS:-nvfuser_dtensor}" --timing-lock "$w/timing.lock" --out "$w/arm" > "$w/logs/zoo_arm.log" 2>&1 &
+    --backends "${ARM_BACKENDS:-nvfuser_dtensor}" --timing-lock "$lock" --out "$w/arm" > "$w/logs/zoo_arm.log" 2>&1 &
 fi
 # -v: every test's outcome is on its own line as it ends, so a run killed at its deadline
 # (session 19's printed no summary) still tells which passed and failed

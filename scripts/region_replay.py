@@ -221,9 +221,11 @@ def evaluate(row: dict, inputs: list) -> list:
     return Evaluator(_Text(), {})(inputs)
 
 
-def replay_one(row: dict, built: dict | None = None, pin: str = "all", time_iters: int = 0) -> str:
+def replay_one(row: dict, built: dict | None = None, pin: str = "all", time_iters: int = 0,
+               timing_lock: str = "") -> str:
     """``built``: definitions by text, shared between rows (``run --shared``); ``time_iters``:
-    the verdict ends with the median time of that many executes (``run --time``)."""
+    the verdict ends with the median time of that many executes (``run --time``), timed while
+    holding ``timing_lock`` (``run --timing-lock``: the zoo's, when both share the GPU)."""
     from nvfuser_dtensor_backend.verify import mismatch
 
     if built is None:
@@ -240,9 +242,10 @@ def replay_one(row: dict, built: dict | None = None, pin: str = "all", time_iter
     verdict = "MISMATCH " + "; ".join(wrong)[:600] if wrong else "ok"
     if not time_iters or wrong:
         return verdict
-    from benchmarks.measure import time_single_call  # the execute above was the warm call
+    from benchmarks.measure import time_single_call, timing_turn  # the execute above was the warm call
 
-    us = time_single_call(fd.execute, (inputs,), "cuda", time_iters)
+    with timing_turn(timing_lock):
+        us = time_single_call(fd.execute, (inputs,), "cuda", time_iters)
     return f"{verdict} {us:.1f} us {moved_bytes(inputs, outs) / us / 1e3:.0f} GB/s"
 
 
@@ -268,14 +271,14 @@ _TIMED = re.compile(r"^ok ([\d.]+) us( \d+ GB/s)?$")
 
 
 def run(path: str, start: int, child: bool, shared: bool = False, stop: int | None = None, pin: str = "all",
-        time_iters: int = 0) -> int:
+        time_iters: int = 0, timing_lock: str = "") -> int:
     rows = [json.loads(line) for line in open(path)][:stop]
     if child:  # replay from ``start`` on; print before each region, so a fault names it
         built = {} if shared else None
         for i in range(start, len(rows)):
             print(f"@ {i}", flush=True)
             try:
-                verdict = replay_one(rows[i], built, pin, time_iters)
+                verdict = replay_one(rows[i], built, pin, time_iters, timing_lock)
             except Exception as e:  # noqa: BLE001 - an nvFuser error of this region; a fault ends the process
                 verdict = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
             print(f"= {i} {verdict}", flush=True)
@@ -284,6 +287,7 @@ def run(path: str, start: int, child: bool, shared: bool = False, stop: int | No
     while i < len(rows):
         proc = subprocess.run([sys.executable, __file__, "run", path, "--start", str(i), "--child",
                                *(["--shared"] if shared else []), "--pin", pin, "--time", str(time_iters),
+                               *(["--timing-lock", timing_lock] if timing_lock else []),
                                *(["--stop", str(stop)] if stop is not None else [])],
                               capture_output=True, text=True)
         last = i
@@ -349,6 +353,8 @@ def main(argv=None) -> int:
     x.add_argument("--shared", action="store_true", help="one definition per distinct text, as the backend's cache")
     x.add_argument("--stop", type=int, help="replay the rows before this one only")
     x.add_argument("--time", type=int, default=0, metavar="N", help="median of N timed executes per row, and the total per step")
+    x.add_argument("--timing-lock", default="", metavar="FILE",
+                   help="time while holding this lock file (the zoo's --timing-lock, when both share the GPU)")
     x.add_argument("--pin", default="all", help="outputs whose row-major layout is pinned: all (as the backend), none, "
                    "or names of stride_order results (tv41,tv47); see pinned_text")
     y = sub.add_parser("bytes", help="the least bytes a recorded step's regions move, on the CPU")
@@ -358,7 +364,7 @@ def main(argv=None) -> int:
         return least_bytes(args.path)
     if args.cmd == "record":
         return record(args.model, args.size, args.dtype, args.out, args.device, args.steps, args.options)
-    return run(args.path, args.start, args.child, args.shared, args.stop, args.pin, args.time)
+    return run(args.path, args.start, args.child, args.shared, args.stop, args.pin, args.time, args.timing_lock)
 
 
 if __name__ == "__main__":

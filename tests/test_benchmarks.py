@@ -64,7 +64,7 @@ def test_budget_stops_between_groups_and_resume_continues(tmp_path):
 def test_model_zoo_benchmark_end_to_end(tmp_path):
     """benchmarks.models: one tiny model through its own process, eager and ours, JSON form."""
     pytest.importorskip("timm")
-    from benchmarks import models
+    from benchmarks.measure import timing_turn
 
     out = tmp_path / "zoo"
     rows = models.main(["--device", "cpu", "--size", "tiny", "--dtype", "float32", "--models", "vit_s16",
@@ -85,7 +85,7 @@ def test_model_zoo_benchmark_end_to_end(tmp_path):
 def test_model_zoo_benchmark_timeout_gives_error_rows(tmp_path):
     """A model process that does not finish in --timeout-s is killed: error rows, the others go on."""
     pytest.importorskip("timm")
-    from benchmarks import models
+    from benchmarks.measure import timing_turn
 
     rows = models.main(["--device", "cpu", "--size", "tiny", "--dtype", "float32", "--models", "vit_s16",
                         "--modes", "train,infer", "--backends", "eager", "--timeout-s", "0.5"])
@@ -103,17 +103,17 @@ def test_backend_names_carry_boolean_options():
 
 
 def test_zoo_model_processes_time_one_at_a_time(tmp_path):
-    """With --jobs > 1 the model processes time their steps in turn (benchmarks.models._timing_turn):
+    """With --jobs > 1 the model processes time their steps in turn (benchmarks.measure.timing_turn):
     two holders of the timing lock never overlap, and without a lock file nothing waits."""
     import threading
     import time
 
-    from benchmarks import models
+    from benchmarks.measure import timing_turn
 
     lock, spans = str(tmp_path / "timing.lock"), []
 
     def timed():
-        with models._timing_turn(lock):
+        with timing_turn(lock):
             start = time.monotonic()
             time.sleep(0.2)
             spans.append((start, time.monotonic()))
@@ -125,7 +125,7 @@ def test_zoo_model_processes_time_one_at_a_time(tmp_path):
         t.join()
     spans.sort()
     assert len(spans) == 3 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
-    with models._timing_turn(""):
+    with timing_turn(""):
         pass
 
 
