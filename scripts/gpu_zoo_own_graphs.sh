@@ -15,7 +15,7 @@
 # traced, blocking and verifying every region (which region first differs, or faults); REPLAY_MODELS:
 # scripts/region_replay.py, every region of the model recorded on the GPU, then each replayed alone on
 # random inputs of its layouts against the evaluator (nvFuser's own faults and wrong numbers); GPU_TESTS
-# (default: every GPU test, scripts/gpu_tests.txt; "none": no tests; interrupted at the deadline TESTS_TIMEOUT, default 400 s, with SIGINT, so pytest still
+# (default: every GPU test, scripts/gpu_tests.txt; "none": no tests; TEST_WORKERS=N: pytest-xdist workers; interrupted at the deadline TESTS_TIMEOUT, default 400 s, with SIGINT, so pytest still
 # prints its failures); SANITIZE_MODELS: one plain training step under compute-sanitizer memcheck (the
 # first invalid access and its kernel), SANITIZE_REPLAY (jsonl files): recorded regions replayed under it; everything in $OUT/all.tgz plus printed tables.
 out="${OUT:-/tmp/gpu-zoo-own}"; w="$out/work"
@@ -33,7 +33,7 @@ fi
 # -v: every test's outcome is on its own line as it ends, so a run killed at its deadline
 # (session 19's printed no summary) still tells which passed and failed
 if [ "${GPU_TESTS:-}" = none ]; then echo "GPU_TESTS=none: no GPU tests in this call" > "$w/logs/gpu_tests.log"; else
-timeout -s INT -k 20 "${TESTS_TIMEOUT:-400}" python3 -m pytest -v -p no:cacheprovider -rfEs --tb=short ${GPU_TESTS:-$(cat scripts/gpu_tests.txt)} > "$w/logs/gpu_tests.log" 2>&1 &
+timeout -s INT -k 20 "${TESTS_TIMEOUT:-400}" python3 -m pytest -v -p no:cacheprovider -rfEs --tb=short ${TEST_WORKERS:+-n "$TEST_WORKERS"} ${GPU_TESTS:-$(cat scripts/gpu_tests.txt)} > "$w/logs/gpu_tests.log" 2>&1 &
 fi
 fo="${FAULT_OPTIONS:-}"; [ -n "$fo" ] || fo='{}'
 for m in ${FAULT_PROBES:-}; do  # one training step per region call, synchronized and printed: a fault's region
