@@ -64,7 +64,7 @@ def test_budget_stops_between_groups_and_resume_continues(tmp_path):
 def test_model_zoo_benchmark_end_to_end(tmp_path):
     """benchmarks.models: one tiny model through its own process, eager and ours, JSON form."""
     pytest.importorskip("timm")
-    from benchmarks.measure import timing_turn
+    from benchmarks import models
 
     out = tmp_path / "zoo"
     rows = models.main(["--device", "cpu", "--size", "tiny", "--dtype", "float32", "--models", "vit_s16",
@@ -85,7 +85,7 @@ def test_model_zoo_benchmark_end_to_end(tmp_path):
 def test_model_zoo_benchmark_timeout_gives_error_rows(tmp_path):
     """A model process that does not finish in --timeout-s is killed: error rows, the others go on."""
     pytest.importorskip("timm")
-    from benchmarks.measure import timing_turn
+    from benchmarks import models
 
     rows = models.main(["--device", "cpu", "--size", "tiny", "--dtype", "float32", "--models", "vit_s16",
                         "--modes", "train,infer", "--backends", "eager", "--timeout-s", "0.5"])
