@@ -194,7 +194,7 @@ class Recording:
 
     __slots__ = ("replay", "copies", "outputs", "cloned", "rebuilt", "watched", "alone", "cached", "key_idx",
                  "key_ptrs", "extra", "seq", "risky", "risky_alone", "lent_once", "lent", "lent_risky",
-                 "handed_out", "revoked_message", "made", "lenders", "__weakref__")
+                 "handed_out", "revoked_message", "made", "lenders", "steady", "__weakref__")
 
     def __init__(self, replay, copies, outputs, cloned, rebuilt, watched):
         self.replay = replay
@@ -202,6 +202,7 @@ class Recording:
         self.key_idx: list[int] = []  # inputs read in place: the runner's static ones, then ``extra``
         self.key_ptrs: list[int | None] = []  # their addresses when recorded, at their input index
         self.extra: list[tuple[int, int]] = []  # (index, address): other recordings' outputs read in place
+        self.steady: set[int] = set()  # indices in ``extra`` of a backward's tangents (Note [Tangents read in place])
         self.outputs = outputs  # the graph's output values
         self.cloned = cloned  # output indices copied out with Tensor.clone
         self.rebuilt = rebuilt  # [[indices sharing one storage]] copied out storage and all

@@ -71,6 +71,29 @@ what its forward saved: it records at once when those are a recording's outputs,
 uncaptured when its forward did (Note [Backwards of uncaptured forwards]). ``SEEN_KEPT``
 bounds the keys a runner remembers.
 
+Note [Tangents read in place]
+A backward's tangents are inputs made anew for every call, so they are copied into the
+recording's buffers, like any input that is not a parameter. One of them costs a whole step
+its size twice: Hugging Face models that compute their loss in the graph and also return the
+logits get, from autograd, a zeros gradient for the logits (AOTAutograd's function
+materializes the gradients of outputs nobody differentiates), and the copy read and wrote it
+again (412 MB each way for RoBERTa and BART at 8 x 512 tokens in bf16, 250 MB for BERT), while
+its buffer stayed reserved beside the pool. With ``NVFUSER_DTENSOR_TANGENTS_IN_PLACE=1`` (an
+A/B switch, read at import) a backward's tensor inputs of ``TANGENT_IN_PLACE_FROM_BYTES`` or
+more are read where they lie, keyed by their address like the saved values (``steady`` in
+the recording): in a training loop autograd makes the same allocations in the same order
+every step, so the caching allocator hands the tangent the same block and the recording
+replays. The first steps' allocations differ from the later ones', though (on the CPU
+stand-in the tangent of BERT's first recording never came back there, and that recording
+held 200 MB for nothing), so a backward records only when its tangents lie where they lay in
+its last call, and runs uncaptured otherwise, ``TANGENT_WAITS`` times at most. A tangent at
+another address finds no recording and gets one more, again read in place (gradient
+accumulation may alternate two addresses). Once recordings have read
+a tangent in place at ``STEADY_ADDRESSES`` addresses, a tangent at yet another one is copied
+by the next recording, which then replays for any address: a loop whose tangents keep moving
+costs two recordings more, never one per address. Inputs whose rows lie further apart than
+their length keep being copied (``_buffer_like`` keeps their padding).
+
 Which recordings may replay, given what a replay writes, and the recordings themselves:
 cuda_graph_memory.py (Note [Memory a replay writes]).
 
@@ -114,6 +137,12 @@ REVOKED = ("nvfuser_dtensor: this tensor was returned by a compiled forward repl
            "again, or compile with options={{'cuda_graphs': False}}.")
 
 NOT_CAPTURED: dict[str, int] = {}  # why graphs were left uncaptured (cuda_graphs.note_uncaptured)
+
+# Note [Tangents read in place]: off until a GPU run measures it (an A/B switch, read at import)
+TANGENTS_IN_PLACE = os.environ.get("NVFUSER_DTENSOR_TANGENTS_IN_PLACE", "") == "1"
+TANGENT_IN_PLACE_FROM_BYTES = 1 << 20
+STEADY_ADDRESSES = 2  # addresses a tangent is read in place at, at most, before recordings copy it
+TANGENT_WAITS = 2  # uncaptured calls a backward spends, at most, waiting for its tangents to stay put
 
 
 
@@ -288,6 +317,8 @@ class GraphRunner:
         self.last: Recording | None = None
         self.full_logged = False
         self._boxed_call = True
+        self.tangent_ptrs: dict[int, int] = {}  # Note [Tangents read in place]: where they lay last call
+        self.tangent_waits = 0
 
     @property
     def count(self) -> int:
@@ -339,6 +370,7 @@ class GraphRunner:
         if self.is_off():
             STATS["uncaptured_calls"] += 1
             return self.compiled(args)
+        tangents_moved = self._tangents_moved(args)
         key = tuple(args[i].data_ptr() for i in self.static)
         recs = self.recordings.get(key, ())
         for rec in recs:  # the earliest first (Note [Memory a replay writes])
@@ -361,7 +393,7 @@ class GraphRunner:
             return self._uncaptured(args, (lambda a: warm_up(self.compiled, a)) if warm_up is not None else None)
         if new_key:
             return self._uncaptured(args)
-        if any(args[i].data_ptr() not in MADE for rec in recs for i, _ in rec.extra):
+        if any(args[i].data_ptr() not in MADE for rec in recs for i, _ in rec.extra if i not in rec.steady):
             # what a recording reads in place (another's output) comes from an uncaptured call
             # this time (gradient accumulation's later micro-batches): run as it ran
             return self._uncaptured(args)
@@ -374,6 +406,8 @@ class GraphRunner:
                 log.warning("nvfuser_dtensor: the %s graph has %d CUDA graphs recorded, none free for these inputs; "
                          "calls like this one run uncaptured", self.kind, self.count)
             return self._uncaptured(args)
+        if tangents_moved:
+            return self._uncaptured(args)  # Note [Tangents read in place]: record where they repeat
         kept = list(args)
         try:
             rec = self._record(args)
@@ -396,12 +430,43 @@ class GraphRunner:
                  self.kind, self.count, len(rec.key_idx), len(rec.copies))
         return self._replay(rec, kept)
 
+    def _tangents_moved(self, args: list) -> bool:
+        """Whether a tangent this backward would read in place lies elsewhere than in its last
+        slow call, while ``TANGENT_WAITS`` allows waiting for an address that repeats (Note
+        [Tangents read in place])."""
+        if not TANGENTS_IN_PLACE or self.kind != "backward":
+            return False
+        now = {i: args[i].data_ptr() for i in self._steady(args)}
+        before, self.tangent_ptrs = self.tangent_ptrs, now
+        if self.tangent_waits >= TANGENT_WAITS or all(before.get(i) == ptr for i, ptr in now.items()):
+            return False
+        self.tangent_waits += 1
+        return True
+
+    def _steady(self, args: list) -> set[int]:
+        """The indices of ``args`` this recording reads in place as tangents (Note [Tangents
+        read in place]): large enough, not in padded rows, and read in place by earlier
+        recordings at this address or at fewer than ``STEADY_ADDRESSES`` others."""
+        if not TANGENTS_IN_PLACE or self.kind != "backward":
+            return set()
+        seen: dict[int, set[int]] = {}  # index -> the addresses recordings read it in place at
+        for recs in self.recordings.values():
+            for rec in recs:
+                for i, ptr in rec.extra:
+                    if i in rec.steady:
+                        seen.setdefault(i, set()).add(ptr)
+        return {i for i, a in enumerate(args)
+                if isinstance(a, torch.Tensor) and a.untyped_storage().nbytes() >= TANGENT_IN_PLACE_FROM_BYTES
+                and not (a.dim() >= 2 and a.stride(-1) == 1 and a.stride(-2) > a.size(-1))
+                and (len(seen.get(i, ())) < STEADY_ADDRESSES or a.data_ptr() in seen[i])}
+
     def _record(self, args: list) -> Recording | None:
         static = set(self.static)
         copies, inputs, extra = [], list(args), []
+        steady = self._steady(args) - static
         for i, a in enumerate(args):
-            if i not in static and isinstance(a, torch.Tensor) and a.data_ptr() in MADE:
-                extra.append((i, a.data_ptr()))  # another recording's output: read in place
+            if i not in static and isinstance(a, torch.Tensor) and (a.data_ptr() in MADE or i in steady):
+                extra.append((i, a.data_ptr()))  # another recording's output, or a tangent: read in place
             elif i not in static and isinstance(a, torch.Tensor):
                 buffer = _buffer_like(a)
                 expanded = expanded_dims(a)
@@ -462,6 +527,7 @@ class GraphRunner:
         rec.revoked_message = REVOKED.format(bytes=LEND_FROM_BYTES)
         rec.lent_risky = any(overlaps(outputs[group[0]], free) for group, _, _ in lent)
         rec.key_idx, rec.extra = in_place, extra
+        rec.steady = {i for i, ptr in extra if i in steady and ptr not in MADE}
         rec.seq, self.ledger.made = self.ledger.made, self.ledger.made + 1
         rec.risky = [j for j, (t, _) in enumerate(watched) if overlaps(t, free)]
         # indexed like the inputs, as _tensors_data_ptrs_at_indices_equal reads it

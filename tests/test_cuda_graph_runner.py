@@ -659,6 +659,58 @@ def test_an_input_in_padded_rows_keeps_its_padding_in_the_buffer():
     assert all(seen), seen  # a view every time: the warm-up's input and the graph's buffer
 
 
+@pytest.fixture
+def tangents_in_place(monkeypatch):
+    """Note [Tangents read in place] on, for tangents of 64 bytes or more."""
+    from nvfuser_dtensor_backend import cuda_graph_runner
+
+    monkeypatch.setattr(cuda_graph_runner, "TANGENTS_IN_PLACE", True)
+    monkeypatch.setattr(cuda_graph_runner, "TANGENT_IN_PLACE_FROM_BYTES", 64)
+
+
+def test_a_backward_reads_a_large_tangent_where_it_lies(tangents_in_place):
+    # Note [Tangents read in place]: a zeros gradient autograd makes at the same address every
+    # step is read there, not copied; the small one (a loss's) is copied as before
+    runner, failures = _runner(lambda a: [a[0] * a[1] + a[2].sum()], kind="backward", static=(0,), escaping=None)
+    saved, tangent = torch.randn(32), torch.empty(32)
+    for step in range(5):
+        tangent.copy_(torch.randn(32))  # new values, same memory
+        loss_grad = torch.randn(())
+        g, = runner([saved, tangent, loss_grad])
+        torch.testing.assert_close(g, saved * tangent + loss_grad)
+        del g
+    rec = runner.last
+    assert runner.count == 1 and not failures
+    assert [i for i, _, _ in rec.copies] == [2] and rec.steady == {1} and 1 in rec.key_idx
+
+
+def test_a_tangent_that_keeps_moving_is_copied_by_a_third_recording(tangents_in_place):
+    runner, failures = _runner(lambda a: [a[0] * a[1]], kind="backward", static=(0,), escaping=None)
+    saved, first, second = torch.randn(32), torch.randn(32), torch.randn(32)
+    for tangent in (first, first, first, second, second, first, torch.randn(32), torch.randn(32), second):
+        g, = runner([saved, tangent])
+        torch.testing.assert_close(g, saved * tangent)
+        del g
+    # read in place at two addresses, each after a call that waited for it to repeat, then copied
+    assert runner.count == 3 and runner.tangent_waits == 2 and not failures
+    recs = runner.recordings[(saved.data_ptr(),)]
+    assert [r.steady for r in recs] == [{1}, {1}, set()]
+    assert [[i for i, _, _ in r.copies] for r in recs] == [[], [], [1]]
+
+
+def test_tangents_in_padded_rows_and_forward_inputs_stay_copied(tangents_in_place):
+    runner, _ = _runner(lambda a: [a[0] * a[1].sum(-1)], kind="backward", static=(0,), escaping=None)
+    saved, padded = torch.randn(5), torch.randn(5, 16)[:, :13]
+    for _ in range(3):
+        runner([saved, padded])
+    assert not runner.last.steady and [i for i, _, _ in runner.last.copies] == [1]
+    forward, _ = _runner(lambda a: [a[0] * a[1]], static=(0,), escaping=None)
+    w, x = torch.randn(32), torch.randn(32)
+    for _ in range(3):
+        forward([w, x])
+    assert not forward.last.steady and [i for i, _, _ in forward.last.copies] == [1]
+
+
 def _hf_with_and_without_graphs(name: str):
     """A tiny zoo model compiled with CUDA graphs (replayed by the CPU stand-in) and a copy
     compiled without, with an SGD optimizer each."""
@@ -672,13 +724,22 @@ def _hf_with_and_without_graphs(name: str):
     return zm, model, ref, graphs, plain, opts
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2"])
-def test_hf_models_accumulate_gradients_right_under_the_worst_allocator(captured_on_cpu, pools, name):
+@pytest.mark.parametrize("name", ["bert", "gpt2", "bert+tangents_in_place"])
+def test_hf_models_accumulate_gradients_right_under_the_worst_allocator(captured_on_cpu, pools, name, request):
     """Hugging Face models (tiny configs) trained with gradient accumulation and ``.grad`` set
     to None, with CUDA graphs on (replayed by rerun, every later recording's outputs
     overwritten by a replay), against the same model with ``cuda_graphs=False``. On the H200
     this pattern gave wrong gradients (Note [Memory a replay writes]); after the first
-    optimizer step every call replays."""
+    optimizer step every call replays. BERT's loss is in its graph: its backward gets
+    autograd's zeros gradient of the logits (``+tangents_in_place``: read where it lies, Note
+    [Tangents read in place])."""
+    name, _, switch = name.partition("+")
+    steady = []
+    if switch:
+        request.getfixturevalue(switch)
+        chosen = GraphRunner._steady
+        request.getfixturevalue("monkeypatch").setattr(
+            GraphRunner, "_steady", lambda self, args: steady.append(chosen(self, args)) or steady[-1])
     zm, model, ref, graphs, plain, opts = _hf_with_and_without_graphs(name)
     for step in range(4):
         if step == 1:
@@ -695,7 +756,11 @@ def test_hf_models_accumulate_gradients_right_under_the_worst_allocator(captured
     # the second micro-batch of the first step whose gradients went into .grad; then replays
     # (GPT-2 is two graphs, its loss after a graph break reads the lent logits in place, so
     # it runs uncaptured where the model's forward did)
-    assert nb.cuda_graph_stats()["uncaptured_calls"] <= (4 if name == "gpt2" else 2)
+    # With tangents read in place the count depends on where malloc puts the zeros gradient
+    # (2 to 6 in six runs: each move costs a wait or a recording); the GPU's caching allocator
+    # is what that switch is for, and its A/B run counts there. Here: right, and read in place.
+    assert switch or nb.cuda_graph_stats()["uncaptured_calls"] <= (4 if name == "gpt2" else 2)
+    assert not switch or any(steady), steady  # the logits' zeros gradient was read in place
 
 
 def test_hf_lm_logits_are_lent_and_right_after_the_backward(captured_on_cpu, pools):
