@@ -55,6 +55,9 @@ class TensorDesc:
     stride_order: tuple
     is_cpu_scalar: bool
     sizes: tuple[int, ...] | None = None  # static sizes (the global view), else symbolic
+    # handed over permuted to its memory order: the dims that give its logical order back
+    # (Note [Channels-last inputs in memory order], region.py)
+    logical: tuple[int, ...] | None = None
 
     @staticmethod
     def of(t: torch.Tensor, static: bool = False) -> "TensorDesc":
@@ -75,7 +78,8 @@ class TensorDesc:
             kwargs["is_cpu"] = True
         if self.stride_order and list(self.stride_order) != list(range(len(shape) - 1, -1, -1)):
             kwargs["stride_order"] = list(self.stride_order)
-        return fd.define_tensor(**kwargs)
+        tv = fd.define_tensor(**kwargs)
+        return fd.ops.permute(tv, dims=list(self.logical)) if self.logical is not None else tv
 
 
 @dataclass(frozen=True)

@@ -252,6 +252,43 @@ def _mixed_layouts(args, outputs: int) -> bool:
     return any(map(_channels_last, tensors)) and any(t.is_contiguous() for t in tensors)
 
 
+# Note [Channels-last inputs in memory order]
+# A channels-last input is defined with its logical NCHW shape and a ``stride_order``, so
+# nvFuser's schedulers see an allocation domain that differs from the logical one. On an
+# H100 our channels-last batch-norm backward regions took 1.06 ms for 4 calls against 0.23
+# in NCHW, while the same two per-channel sums over an input defined dense as [N, H, W, C]
+# and permuted to NCHW in the fusion took 66 us per call (scripts/gpu_nhwc_reduction.py,
+# session 21). ``NVFUSER_DTENSOR_MEMORY_ORDER_INPUTS=1`` (an A/B switch, read at import,
+# off) defines every channels-last input that way: the region hands it over permuted to its
+# memory order (a view, dense and row-major) and the definition permutes it back to the
+# logical order first thing (``TensorDesc.logical``). Outputs keep their contract (Note
+# [Output layout contract]). A region with mixed layouts and several outputs still runs on
+# row-major copies (Note [Mixed input layouts with several outputs]), which comes first.
+# Off until the GPU times it (scripts/gpu_region_times.sh replays the variant of ResNet-18's
+# recorded regions, scripts/region_variants.py memory_order_inputs).
+MEMORY_ORDER_INPUTS = env_flag("NVFUSER_DTENSOR_MEMORY_ORDER_INPUTS")
+
+
+class _MemoryOrderEntry:
+    """Hands the inputs at ``dims`` over permuted to their memory order (Note [Channels-last
+    inputs in memory order])."""
+
+    __slots__ = ("inner", "dims")
+
+    def __init__(self, inner, dims: dict[int, list[int]]):
+        self.inner, self.dims = inner, dims
+
+    def __call__(self, args):
+        return self.inner([a.permute(self.dims[i]) if i in self.dims else a for i, a in enumerate(args)])
+
+
+def _memory_orders(args) -> dict[int, list[int]]:
+    """The channels-last inputs among ``args`` and their dims outermost in memory first."""
+    if not MEMORY_ORDER_INPUTS:
+        return {}
+    return {i: memory_order(a) for i, a in enumerate(args) if isinstance(a, torch.Tensor) and _channels_last(a)}
+
+
 class _ContiguousEntry:
     __slots__ = ("inner",)
 
@@ -419,7 +456,19 @@ class FusedRegion(torch.nn.Module):
         if _mixed_layouts(args, self._tensor_outputs):  # Note [Mixed input layouts with several outputs]
             return _ContiguousEntry(self._make_entry([a.contiguous() if isinstance(a, torch.Tensor) else a
                                                       for a in args], static))
-        descs = tuple(describe(a, static) for a in args)
+        dims = _memory_orders(args)
+        if dims:  # Note [Channels-last inputs in memory order]
+            descs = []
+            for i, a in enumerate(args):
+                desc = describe(a.permute(dims[i]) if i in dims else a, static)
+                if i in dims:  # the dims that give the logical order back
+                    desc = dataclasses.replace(desc, logical=tuple(sorted(range(a.dim()), key=dims[i].__getitem__)))
+                descs.append(desc)
+            return _MemoryOrderEntry(self._entry_for(args, tuple(descs)), dims)
+        return self._entry_for(args, tuple(describe(a, static) for a in args))
+
+    def _entry_for(self, args, descs):
+        """The entry that runs the definition of ``descs`` (cached across regions)."""
         cache_key = (self._code_key, descs, nvfuser_version())
         built = FUSION_CACHE.get_or_build(cache_key, lambda: self._build(descs))
         # A region whose tensor inputs are all CPU scalars (T5's position buckets next to an

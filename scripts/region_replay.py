@@ -60,12 +60,23 @@ def _describe(a) -> dict:
 
 
 def _unwrapped(entry) -> tuple:
-    """(the innermost entry, whether a wrapper on the way makes the inputs contiguous)."""
-    contiguous = False
+    """(the innermost entry, the function that gives its inputs from the region's): the
+    wrappers on the way make inputs contiguous (``_ContiguousEntry``) or hand them over in
+    memory order (``_MemoryOrderEntry``, Note [Channels-last inputs in memory order])."""
+    steps = []
     while hasattr(entry, "inner") and not callable(getattr(entry, "run", None)):
-        contiguous |= type(entry).__name__ == "_ContiguousEntry"
+        if type(entry).__name__ == "_ContiguousEntry":
+            steps.append(lambda args: [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args])
+        elif type(entry).__name__ == "_MemoryOrderEntry":
+            steps.append(lambda args, d=entry.dims: [a.permute(d[i]) if i in d else a for i, a in enumerate(args)])
         entry = entry.inner
-    return entry, contiguous
+
+    def handed(args):
+        for step in steps:
+            args = step(args)
+        return args
+
+    return entry, handed
 
 
 def _text(entry) -> str | None:
@@ -90,11 +101,11 @@ def record(model: str, size: str, dtype: str, out: str, device: str, steps: int,
         if entry is None:
             self._prepare(args, key)
             entry = self._entries[key]
-        inner, contiguous = _unwrapped(entry)
+        inner, handed = _unwrapped(entry)
         text = _text(inner)
         if text is None:
             return None
-        inputs = [_describe(a.contiguous() if contiguous and isinstance(a, torch.Tensor) else a) for a in args]
+        inputs = [_describe(a) for a in handed(list(args))]
         sig = (text, json.dumps(inputs))
         if sig not in seen:  # written before the call: a region that faults is in the file
             seen[sig] = 0

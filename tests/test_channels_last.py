@@ -7,6 +7,7 @@ NCHW memory, and the ``"auto"`` heuristics."""
 from __future__ import annotations
 
 import logging
+import warnings
 
 import pytest
 import torch
@@ -93,6 +94,36 @@ def test_matches_eager_and_regions_work_in_nhwc(dtype, train):
             assert p.grad.stride() == q.grad.stride(), name
         for b, rb in zip(model.buffers(), ref.buffers()):  # running statistics updated alike
             assert_close(b.float(), rb.float(), dtype, scale=4)
+
+
+def test_channels_last_inputs_handed_over_in_memory_order(monkeypatch):
+    """Note [Channels-last inputs in memory order] (region.MEMORY_ORDER_INPUTS, off by
+    default): NHWC region inputs are defined dense in memory order and permuted back in the
+    fusion; the training step matches eager with every output in eager's layout
+    (check_layouts), and the regions between the convolutions ran so (a wrong permutation
+    fails the comparison)."""
+    from nvfuser_dtensor_backend import region
+
+    monkeypatch.setattr(region, "MEMORY_ORDER_INPUTS", True)
+    handed = []
+    entry = region._MemoryOrderEntry.__call__
+    monkeypatch.setattr(region._MemoryOrderEntry, "__call__", lambda self, args: handed.append(self.dims) or entry(self, args))
+    torch.manual_seed(0)
+    dtype = torch.float32
+    model = ConvNet().to(DEVICE, dtype)
+    ref = ConvNet().to(DEVICE, dtype)
+    ref.load_state_dict(model.state_dict())
+    x = randn(4, 3, 12, 12, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", region.NvFuserFallbackWarning)  # every region in nvFuser
+        out = _step(compile_fn(model, channels_last=True, check_layouts=True), x, True)
+    expected = _step(ref, x, True)
+    assert_close(out, expected, dtype, scale=4)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad, dtype, scale=8, msg=name)
+        assert p.grad.stride() == q.grad.stride(), name
+    assert handed and all(d == [0, 2, 3, 1] for dims in handed for d in dims.values())
+    assert len(handed) >= 3, handed  # forward and backward regions (4 calls, 8 inputs in torch 2.10)
 
 
 def test_off_by_default_and_outputs_keep_eager_layout():
