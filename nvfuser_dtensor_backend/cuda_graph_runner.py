@@ -112,6 +112,7 @@ from typing import Any, Callable
 import torch
 
 from .cuda_graph_memory import LENT, MADE, Recording, ledger_of, on_storage, overlaps
+from .options import env_flag
 from .padded_rows import padded_extent
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -139,11 +140,10 @@ REVOKED = ("nvfuser_dtensor: this tensor was returned by a compiled forward repl
 NOT_CAPTURED: dict[str, int] = {}  # why graphs were left uncaptured (cuda_graphs.note_uncaptured)
 
 # Note [Tangents read in place]: off until a GPU run measures it (an A/B switch, read at import)
-TANGENTS_IN_PLACE = os.environ.get("NVFUSER_DTENSOR_TANGENTS_IN_PLACE", "") == "1"
+TANGENTS_IN_PLACE = env_flag("NVFUSER_DTENSOR_TANGENTS_IN_PLACE")
 TANGENT_IN_PLACE_FROM_BYTES = 1 << 20
 STEADY_ADDRESSES = 2  # addresses a tangent is read in place at, at most, before recordings copy it
 TANGENT_WAITS = 2  # uncaptured calls a backward spends, at most, waiting for its tangents to stay put
-
 
 
 def note_uncaptured(why: str) -> None:
@@ -406,7 +406,8 @@ class GraphRunner:
                 log.warning("nvfuser_dtensor: the %s graph has %d CUDA graphs recorded, none free for these inputs; "
                          "calls like this one run uncaptured", self.kind, self.count)
             return self._uncaptured(args)
-        if tangents_moved:
+        if tangents_moved and self.tangent_waits < TANGENT_WAITS:
+            self.tangent_waits += 1
             return self._uncaptured(args)  # Note [Tangents read in place]: record where they repeat
         kept = list(args)
         try:
@@ -432,16 +433,12 @@ class GraphRunner:
 
     def _tangents_moved(self, args: list) -> bool:
         """Whether a tangent this backward would read in place lies elsewhere than in its last
-        slow call, while ``TANGENT_WAITS`` allows waiting for an address that repeats (Note
-        [Tangents read in place])."""
+        slow call (Note [Tangents read in place])."""
         if not TANGENTS_IN_PLACE or self.kind != "backward":
             return False
         now = {i: args[i].data_ptr() for i in self._steady(args)}
         before, self.tangent_ptrs = self.tangent_ptrs, now
-        if self.tangent_waits >= TANGENT_WAITS or all(before.get(i) == ptr for i, ptr in now.items()):
-            return False
-        self.tangent_waits += 1
-        return True
+        return any(before.get(i) != ptr for i, ptr in now.items())
 
     def _steady(self, args: list) -> set[int]:
         """The indices of ``args`` this recording reads in place as tangents (Note [Tangents
