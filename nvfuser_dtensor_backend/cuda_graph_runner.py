@@ -86,7 +86,8 @@ every step, so the caching allocator hands the tangent the same block and the re
 replays. The first steps' allocations differ from the later ones', though (on the CPU
 stand-in the tangent of BERT's first recording never came back there, and that recording
 held 200 MB for nothing), so a backward records only when its tangents lie where they lay in
-its last call, and runs uncaptured otherwise, ``TANGENT_WAITS`` times at most. A tangent at
+its previous slow call (one that the per-call key check did not replay), and runs uncaptured
+otherwise, ``TANGENT_WAITS`` times at most. A tangent at
 another address finds no recording and gets one more, again read in place (gradient
 accumulation may alternate two addresses). Once recordings have read
 a tangent in place at ``STEADY_ADDRESSES`` addresses, a tangent at yet another one is copied
