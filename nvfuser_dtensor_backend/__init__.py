@@ -11,6 +11,24 @@ from .options import Options, OptionsError
 
 __version__ = "0.1.0"
 
+
+def _register_dtensor_strategies_early() -> None:
+    """Our DTensor sharding strategies (distributed/dtensor_ops.py) before dynamo traces a
+    frame: ``torch.compile(backend="nvfuser_dtensor")`` imports this package through the entry
+    point, and dynamo has imported ``torch.distributed.tensor`` by then. Registered only on the
+    first global-view compile, they came after dynamo's trace, which broke the graph at the
+    CPU flash-attention op for every backend. A plain import of the package, without DTensor
+    loaded, imports nothing more."""
+    import sys
+
+    if "torch.distributed.tensor" in sys.modules:
+        from .distributed.dtensor_ops import register_strategies
+
+        register_strategies()
+
+
+_register_dtensor_strategies_early()
+
 __all__ = [
     "NvFuserMissingError",
     "Options",

@@ -48,6 +48,36 @@ def test_backend_registered_by_entry_point():
     assert proc.stdout.strip().endswith("OK")
 
 
+def test_dtensor_strategies_are_registered_before_dynamo_traces():
+    """``torch.compile(backend="nvfuser_dtensor")`` registers our DTensor sharding strategies
+    (the CPU flash attention's) when dynamo loads the backend, before it traces a frame; they
+    came after dynamo's trace before, which broke the graph at that op. (Dynamo imports
+    DTensor itself; importing the package alone does not.)"""
+    _run(
+        """
+        import sys
+        import torch
+        import nvfuser_dtensor_backend
+
+        assert "torch.distributed.tensor" not in sys.modules, "the package imported DTensor"
+        """
+    )
+    proc = _run(
+        """
+        import torch
+        from torch.distributed.tensor import DTensor
+
+        strategies = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs
+        op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+        assert op not in strategies
+        torch.compile(lambda x: x + 1, backend="nvfuser_dtensor")  # dynamo loads the backend here
+        assert op in strategies
+        print("OK")
+        """
+    )
+    assert proc.stdout.strip().endswith("OK")
+
+
 def test_missing_nvfuser_gives_install_hint():
     """Import works without nvFuser; compiling raises an error carrying the pip command."""
     proc = _run(

@@ -5,7 +5,8 @@ have a DTensor sharding strategy. Eager DTensor never meets some of the ops that
 AOTAutograd's lowering produces: on CPU, SDPA lowers to
 ``_scaled_dot_product_flash_attention_for_cpu`` (and its backward), which DTensor (torch
 2.10/2.11) has no strategy for. Attention shards on batch or heads like its CUDA variants.
-Registered once, on the first global-view compile (``register_strategies``).
+Registered once, when the package is imported with DTensor loaded (dynamo loads both before it
+traces), or else on the first global-view compile (``register_strategies``).
 """
 
 from __future__ import annotations
