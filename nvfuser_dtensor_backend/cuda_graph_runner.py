@@ -371,7 +371,8 @@ class GraphRunner:
         if self.is_off():
             STATS["uncaptured_calls"] += 1
             return self.compiled(args)
-        tangents_moved = self._tangents_moved(args)
+        steady = self._steady(args)  # Note [Tangents read in place]
+        tangents_moved = self._tangents_moved(args, steady)
         key = tuple(args[i].data_ptr() for i in self.static)
         recs = self.recordings.get(key, ())
         for rec in recs:  # the earliest first (Note [Memory a replay writes])
@@ -412,7 +413,7 @@ class GraphRunner:
             return self._uncaptured(args)  # Note [Tangents read in place]: record where they repeat
         kept = list(args)
         try:
-            rec = self._record(args)
+            rec = self._record(args, steady)
         except Exception as e:  # noqa: BLE001 - any failure of the capture machinery
             if is_graph_error(e):
                 raise
@@ -432,12 +433,10 @@ class GraphRunner:
                  self.kind, self.count, len(rec.key_idx), len(rec.copies))
         return self._replay(rec, kept)
 
-    def _tangents_moved(self, args: list) -> bool:
-        """Whether a tangent this backward would read in place lies elsewhere than in its last
-        slow call (Note [Tangents read in place])."""
-        if not TANGENTS_IN_PLACE or self.kind != "backward":
-            return False
-        now = {i: args[i].data_ptr() for i in self._steady(args)}
+    def _tangents_moved(self, args: list, steady: set[int]) -> bool:
+        """Whether a tangent this backward would read in place (``steady``) lies elsewhere than
+        in its last slow call (Note [Tangents read in place])."""
+        now = {i: args[i].data_ptr() for i in steady}
         before, self.tangent_ptrs = self.tangent_ptrs, now
         return any(before.get(i) != ptr for i, ptr in now.items())
 
@@ -458,10 +457,10 @@ class GraphRunner:
                 and not (a.dim() >= 2 and a.stride(-1) == 1 and a.stride(-2) > a.size(-1))
                 and (len(seen.get(i, ())) < STEADY_ADDRESSES or a.data_ptr() in seen[i])}
 
-    def _record(self, args: list) -> Recording | None:
+    def _record(self, args: list, steady: set[int]) -> Recording | None:
         static = set(self.static)
         copies, inputs, extra = [], list(args), []
-        steady = self._steady(args) - static
+        steady = steady - static
         for i, a in enumerate(args):
             if i not in static and isinstance(a, torch.Tensor) and (a.data_ptr() in MADE or i in steady):
                 extra.append((i, a.data_ptr()))  # another recording's output, or a tangent: read in place

@@ -203,6 +203,11 @@ def memory_order(val) -> list[int] | None:
     return sorted(range(len(stride_order)), key=lambda d: -stride_order[d])
 
 
+def inverse_permutation(dims) -> tuple[int, ...]:
+    """The dims that undo ``permute(dims)``."""
+    return tuple(sorted(range(len(dims)), key=dims.__getitem__))
+
+
 # A/B switch (read at import, on by default): ``NVFUSER_DTENSOR_PIN_ROW_MAJOR=0`` gives an
 # output already in row-major order no allocation domain, only the copy ``stride_order=[]``
 # makes (what ``repr(fd)`` prints, so what the CPU evaluator and printed-text replays run); it
@@ -223,7 +228,7 @@ def _laid_out(ops, value, val) -> tuple[Any, tuple[int, ...] | None]:
         return ops.stride_order(value, []), None  # a plain copy, no allocation domain
     if not row_major:
         value = ops.permute(value, order)
-        inverse = tuple(sorted(range(len(order)), key=order.__getitem__))
+        inverse = inverse_permutation(order)
     return ops.stride_order(value, list(range(len(order) - 1, -1, -1))), inverse
 
 

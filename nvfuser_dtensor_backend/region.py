@@ -24,7 +24,7 @@ from torch import fx
 
 from ._nvfuser import version as nvfuser_version
 from .evaluator import Evaluator
-from .fusion import BuiltFusion, build_fusion, describe, memory_order, recorded_layout
+from .fusion import BuiltFusion, build_fusion, describe, inverse_permutation, memory_order, recorded_layout
 from .options import Options, env_flag
 from .permuted_inputs import PermutedEntry, without_input_permutes
 from .registry import op_name
@@ -278,8 +278,12 @@ class _MemoryOrderEntry:
     def __init__(self, inner, dims: dict[int, list[int]]):
         self.inner, self.dims = inner, dims
 
+    def handed(self, args) -> list:
+        """What the inner entry gets (also what scripts/region_replay.py records)."""
+        return [a.permute(self.dims[i]) if i in self.dims else a for i, a in enumerate(args)]
+
     def __call__(self, args):
-        return self.inner([a.permute(self.dims[i]) if i in self.dims else a for i, a in enumerate(args)])
+        return self.inner(self.handed(args))
 
 
 def _memory_orders(args) -> dict[int, list[int]]:
@@ -295,8 +299,13 @@ class _ContiguousEntry:
     def __init__(self, inner):
         self.inner = inner
 
+    @staticmethod
+    def handed(args) -> list:
+        """What the inner entry gets (also what scripts/region_replay.py records)."""
+        return [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
+
     def __call__(self, args):
-        return self.inner([a.contiguous() if isinstance(a, torch.Tensor) else a for a in args])
+        return self.inner(self.handed(args))
 
 
 # Note [Retries at run time]
@@ -454,17 +463,14 @@ class FusedRegion(torch.nn.Module):
 
     def _make_entry(self, args, static: bool = False):
         if _mixed_layouts(args, self._tensor_outputs):  # Note [Mixed input layouts with several outputs]
-            return _ContiguousEntry(self._make_entry([a.contiguous() if isinstance(a, torch.Tensor) else a
-                                                      for a in args], static))
+            return _ContiguousEntry(self._make_entry(_ContiguousEntry.handed(args), static))
         dims = _memory_orders(args)
         if dims:  # Note [Channels-last inputs in memory order]
-            descs = []
-            for i, a in enumerate(args):
-                desc = describe(a.permute(dims[i]) if i in dims else a, static)
-                if i in dims:  # the dims that give the logical order back
-                    desc = dataclasses.replace(desc, logical=tuple(sorted(range(a.dim()), key=dims[i].__getitem__)))
-                descs.append(desc)
-            return _MemoryOrderEntry(self._entry_for(args, tuple(descs)), dims)
+            entry = _MemoryOrderEntry(None, dims)
+            descs = tuple(dataclasses.replace(describe(h, static), logical=inverse_permutation(dims[i]))
+                          if i in dims else describe(h, static) for i, h in enumerate(entry.handed(args)))
+            entry.inner = self._entry_for(args, descs)
+            return entry
         return self._entry_for(args, tuple(describe(a, static) for a in args))
 
     def _entry_for(self, args, descs):

@@ -65,10 +65,8 @@ def _unwrapped(entry) -> tuple:
     memory order (``_MemoryOrderEntry``, Note [Channels-last inputs in memory order])."""
     steps = []
     while hasattr(entry, "inner") and not callable(getattr(entry, "run", None)):
-        if type(entry).__name__ == "_ContiguousEntry":
-            steps.append(lambda args: [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args])
-        elif type(entry).__name__ == "_MemoryOrderEntry":
-            steps.append(lambda args, d=entry.dims: [a.permute(d[i]) if i in d else a for i, a in enumerate(args)])
+        if hasattr(entry, "handed"):
+            steps.append(entry.handed)
         entry = entry.inner
 
     def handed(args):

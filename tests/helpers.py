@@ -222,8 +222,8 @@ class RecordingWatch:
         self.made, self.replayed = [], set()
         record, replay = GraphRunner._record, GraphRunner._replay
 
-        def recording(runner, args):
-            rec = record(runner, args)
+        def recording(runner, args, *rest):
+            rec = record(runner, args, *rest)
             self.made.append(weakref.ref(rec))
             return rec
 
