@@ -25,7 +25,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ._nvfuser import multidevice_abi_reason, nvfuser
-from . import channels_last, compile_time, cuda_graphs
+from . import channels_last, compile_time, cuda_graphs, kernel_cache
 from .cuda_graphs import CudaGraphs
 from .decompositions import decomposition_table
 from .distributed.global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
@@ -237,6 +237,7 @@ def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = N
     opts = Options.from_dict(options)
     nvfuser()  # raises NvFuserMissingError with the pip command that fixes it
     FUSION_CACHE.maxsize = opts.cache_size  # process-wide: the last compile's setting holds
+    kernel_cache.configure(opts.kernel_cache)  # process-wide: the first folder holds
     if has_dtensor(example_inputs):
         reason = _global_view_choice(opts, example_inputs) or global_view_reason(gm, example_inputs)
         if reason is None:

@@ -75,6 +75,12 @@ class Options:
             inputs, and an output beyond its dtype's tolerance is reported with a
             ``RegionMismatchWarning`` naming the region (verify.py). Doubles the work of each
             region. Also set by ``NVFUSER_DTENSOR_VERIFY=1``.
+        kernel_cache: keep nvFuser's compiled kernels (cubins) in a folder, so that a later
+            process skips NVRTC for the kernels it shares with an earlier one
+            (kernel_cache.py, Note [Kernel cache across processes]): ``False`` (default;
+            ``NVFUSER_DTENSOR_KERNEL_CACHE=<folder>``, or ``=1`` for the default folder, turns
+            it on), ``True`` (``~/.cache/nvfuser_dtensor/kernels``) or a folder. Process-wide:
+            the first folder asked for holds.
     """
 
     fallback: str = "eager"
@@ -89,6 +95,7 @@ class Options:
     pad_matmuls: bool | str = "auto"
     dtensor_runtime: bool = False
     channels_last: bool | str = False
+    kernel_cache: bool | str | os.PathLike = False
 
     @staticmethod
     def from_dict(options: dict[str, Any] | None) -> "Options":
@@ -125,6 +132,8 @@ class Options:
             raise OptionsError(f"channels_last must be True, False or 'auto', got {opts.channels_last!r}")
         if opts.global_view not in (True, False, "auto"):
             raise OptionsError(f"global_view must be True, False or 'auto', got {opts.global_view!r}")
+        if not isinstance(opts.kernel_cache, (bool, str, os.PathLike)) or opts.kernel_cache == "":
+            raise OptionsError(f"kernel_cache must be True, False or a folder, got {opts.kernel_cache!r}")
         if opts.dump_dir is not None and not isinstance(opts.dump_dir, (str, os.PathLike)):
             raise OptionsError(f"dump_dir must be a path, got {opts.dump_dir!r}")
         return opts

@@ -28,7 +28,7 @@ from .fusion import BuiltFusion, build_fusion, describe, inverse_permutation, me
 from .options import Options, env_flag
 from .permuted_inputs import PermutedEntry, without_input_permutes
 from .registry import op_name
-from . import compile_time, verify
+from . import compile_time, kernel_cache, verify
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
@@ -184,10 +184,12 @@ class _NvFuserEntry:
         self.inputs_out: frozenset[int] | None = None  # outputs that are an input (found on the first call)
 
     def __call__(self, args):
-        outs = self.run(args)
-        if self.inputs_out is None:
+        if self.inputs_out is None:  # the first call
+            outs = self._first_run(args)
             ids = set(map(id, args))
             self.inputs_out = frozenset(i for i, o in enumerate(outs) if id(o) in ids)
+        else:
+            outs = self.run(args)
         if self.inputs_out or any(o._is_view() for o in outs):  # Note [Fusion outputs are fresh tensors]
             outs = [o.clone() if i in self.inputs_out or o._is_view() else o for i, o in enumerate(outs)]
         if self.dense:  # every permuted output is a dense one too
@@ -200,6 +202,11 @@ class _NvFuserEntry:
             return outs[self.index[0]]
         return tuple(outs[i] for i in self.index)
 
+    def _first_run(self, args):
+        """Where nvFuser compiles (Note [Kernel cache across processes])."""
+        with kernel_cache.first_call() as options:
+            return self.run(args, **options)
+
 
 class _EvaluatorEntry(_NvFuserEntry):
     """The same entry with the CPU evaluator in place of ``fd.execute``."""
@@ -209,6 +216,9 @@ class _EvaluatorEntry(_NvFuserEntry):
     def __init__(self, built: BuiltFusion, single: bool):
         super().__init__(built, single)
         self.run = Evaluator(built.fd, built.constants)
+
+    def _first_run(self, args):
+        return self.run(args)  # nothing is compiled
 
 
 # Note [Mixed input layouts with several outputs]
