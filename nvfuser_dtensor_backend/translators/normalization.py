@@ -1,4 +1,5 @@
-"""layer_norm forward/backward, batch_norm forward (training and evaluation), softmax and log_softmax forward/backward.
+"""layer_norm forward/backward, batch_norm forward (training and evaluation), group_norm forward,
+softmax and log_softmax forward/backward.
 
 Everything computes in fp32 for fp16/bf16 inputs (``upcast``); fusion.py rounds each
 result to the node's dtype. Reduced extents come from ``size`` (symbolic), never from meta.
@@ -162,6 +163,35 @@ def native_batch_norm_legit_no_training(ctx, x, weight, bias, running_mean, runn
     mean = upcast(ctx, running_mean)
     invstd = ctx.ops.reciprocal(ctx.ops.sqrt(ctx.ops.add(upcast(ctx, running_var), float(eps))))
     return _normalized_per_channel(ctx, upcast(ctx, x), mean, invstd, weight, bias), mean, invstd
+
+
+def _check_group_norm(node) -> str | None:
+    x = node.args[0].meta["val"]
+    if x.dim() < 2:
+        return f"group_norm of a rank-{x.dim()} input"
+    return None
+
+
+@translator(aten.native_group_norm.default, check=_check_group_norm)
+def native_group_norm(ctx, x, weight, bias, n, c, hxw, group, eps):
+    """GroupNorm (diffusion UNets, timm's ``*_gn`` models) as aten's decomposition computes it
+    (``native_group_norm``): statistics in fp32 over each sample's ``group`` groups of
+    ``C / group`` channels and every spatial position, then the per-channel affine; the saved
+    mean and rstd are ``[N, group]``. ``n`` and ``group`` are the graph's own literals; the
+    input's other extents stay symbolic (Note [Shapes stay symbolic])."""
+    x = upcast(ctx, x)
+    ndim = len(ctx.arg_val(0).shape)
+    grouped = ctx.ops.reshape(x, [n, group, -1])
+    var, mean = ctx.ops.var_mean(grouped, dims=[2], correction=0, keepdim=True)
+    rstd = ctx.ops.rsqrt(ctx.ops.add(var, float(eps)))
+    normed = ctx.ops.mul(ctx.ops.sub(grouped, mean), rstd)
+    out = ctx.ops.reshape(normed, [ctx.ops.size(x, d) for d in range(ndim)])
+    channels = [d != 1 for d in range(ndim)]
+    if weight is not None:
+        out = ctx.ops.mul(out, ctx.ops.broadcast(upcast(ctx, weight), is_broadcast_dim=channels))
+    if bias is not None:
+        out = ctx.ops.add(out, ctx.ops.broadcast(upcast(ctx, bias), is_broadcast_dim=channels))
+    return out, ctx.ops.squeeze(mean, [2]), ctx.ops.squeeze(rstd, [2])
 
 
 def _softmax_dim(x, dim) -> list[int]:
