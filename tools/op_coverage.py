@@ -48,6 +48,7 @@ TOLERANCES = {torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-7, 1e-7), torch.
 # Translator families whose OpInfo goes by another name.
 ALIASES = {"_softmax": "softmax", "_log_softmax": "log_softmax", "silu": "nn.functional.silu",
            "native_layer_norm": "nn.functional.layer_norm", "native_group_norm": "nn.functional.group_norm",
+           "_native_batch_norm_legit": "nn.functional.instance_norm",
            "embedding": "nn.functional.embedding",
            "gelu": "nn.functional.gelu", "leaky_relu": "nn.functional.leaky_relu", "relu": "nn.functional.relu",
            "linear": "nn.functional.linear"}

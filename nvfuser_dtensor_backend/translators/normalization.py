@@ -107,24 +107,32 @@ def _normalized_per_channel(ctx, x, mean, rstd, weight, bias):
     return out
 
 
-def _check_batch_norm(node) -> str | None:
-    x, training = node.args[0].meta["val"], node.args[5]
-    if training is not True:
-        return "batch_norm with running statistics (evaluation)"
-    if x.dim() < 2:
-        return f"batch_norm of a rank-{x.dim()} input"
-    return None
+def _check_training_batch_norm(training_arg: int):
+    def check(node) -> str | None:
+        x, training = node.args[0].meta["val"], node.args[training_arg]
+        if training is not True:
+            return "batch_norm with running statistics (evaluation)"
+        if x.dim() < 2:
+            return f"batch_norm of a rank-{x.dim()} input"
+        return None
+
+    return check
 
 
-@translator(aten._native_batch_norm_legit_functional.default, check=_check_batch_norm)
-def native_batch_norm_legit_functional(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
-    """Training-mode batch norm as aten's decomposition computes it (``native_batch_norm_helper``):
-    statistics over every dim but the channels (1), in fp32; the running statistics come back
-    updated (``momentum * batch + (1 - momentum) * running``, the variance unbiased)."""
-    x = upcast(ctx, x)
+def _batch_statistics(ctx, x, eps):
+    """Training-mode batch norm's statistics as aten's decomposition computes them
+    (``native_batch_norm_helper``): over every dim but the channels (1), in fp32."""
     dims = [0] + list(range(2, x.ndim))
     var, mean = ctx.ops.var_mean(x, dims=dims, correction=0, keepdim=False)
-    rstd = ctx.ops.rsqrt(ctx.ops.add(var, float(eps)))
+    return dims, var, mean, ctx.ops.rsqrt(ctx.ops.add(var, float(eps)))
+
+
+@translator(aten._native_batch_norm_legit_functional.default, check=_check_training_batch_norm(5))
+def native_batch_norm_legit_functional(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Training-mode batch norm; the running statistics come back updated (``momentum *
+    batch + (1 - momentum) * running``, the variance unbiased)."""
+    x = upcast(ctx, x)
+    dims, var, mean, rstd = _batch_statistics(ctx, x, eps)
     out = _normalized_per_channel(ctx, x, mean, rstd, weight, bias)
     n = numel(ctx, x, dims)
     unbiased = ctx.ops.div(ctx.ops.mul(var, n), ctx.ops.sub(n, 1))
@@ -134,6 +142,15 @@ def native_batch_norm_legit_functional(ctx, x, weight, bias, running_mean, runni
         return ctx.ops.add(ctx.ops.mul(batch, momentum), ctx.ops.mul(upcast(ctx, running), 1.0 - momentum))
 
     return out, mean, rstd, updated(running_mean, mean), updated(running_var, unbiased)
+
+
+@translator(aten._native_batch_norm_legit.no_stats, check=_check_training_batch_norm(3))
+def native_batch_norm_legit_no_stats(ctx, x, weight, bias, training, momentum, eps):
+    """Batch norm without running statistics: InstanceNorm's (``F.instance_norm`` normalizes
+    its input viewed as ``[1, N * C, ...]``, with the affine parameters repeated N times)."""
+    x = upcast(ctx, x)
+    _, _, mean, rstd = _batch_statistics(ctx, x, eps)
+    return _normalized_per_channel(ctx, x, mean, rstd, weight, bias), mean, rstd
 
 
 def _check_batch_norm_no_training(node) -> str | None:

@@ -117,6 +117,28 @@ def expand(ctx, a, size, implicit=False):
     return ctx.ops.expand(a, shape) if expands else a
 
 
+@translator(aten.repeat.default, check=static_ints(1), compute=False)
+def repeat(ctx, a, repeats):
+    """``a`` tiled ``repeats[i]`` times along each dim (the extra leading repeats are new
+    dims): each repeated dim gets a broadcast dim of the repeat count before it, expanded, and
+    the pair is merged by a reshape (InstanceNorm's affine parameters, ``weight.repeat(N)``)."""
+    lead = len(repeats) - _rank(ctx)
+    flags, expanded, shape = [], [], []
+    for i, r in enumerate(repeats):
+        if r != 1 or i < lead:
+            flags.append(True)
+            expanded.append(r)
+        if i >= lead:
+            size = ctx.ops.size(a, i - lead)
+            flags.append(False)
+            expanded.append(size)
+        shape.append(r if i < lead else size if r == 1 else ctx.ops.mul(size, r))
+    tiled = ctx.ops.expand(ctx.ops.broadcast(a, flags), expanded)
+    out = ctx.ops.reshape(materialized(ctx, tiled), shape)
+    ones = [i for i, s in enumerate(ctx.node.meta["val"].shape) if s == 1]
+    return _as_broadcast(ctx, out, ones, len(shape)) if ones else out
+
+
 @translator(aten.unsqueeze.default, compute=False)
 def unsqueeze(ctx, a, dim):
     ndim = _rank(ctx) + 1

@@ -334,3 +334,20 @@ def test_group_norm_in_a_timm_model():
     assert "aten.native_group_norm.default" in fused_ops()
     assert not any("native_group_norm" in line for r in reports() for line in r.summary().splitlines()
                    if line.strip().startswith("in PyTorch"))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,affine", [((2, 4, 6, 5), True), ((3, 5, 7), False), ((1, 3, 4, 4), True)])
+def test_instance_norm(dtype, shape, affine):
+    # F.instance_norm: batch norm without running statistics over the input viewed as
+    # [1, N * C, ...], the affine parameters repeated N times; all of it in one region
+    norm = {3: torch.nn.InstanceNorm1d, 4: torch.nn.InstanceNorm2d}[len(shape)](shape[1], affine=affine)
+    norm = norm.to(DEVICE, dtype)
+    if affine:
+        with torch.no_grad():
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-1, 1)
+    x = randn(*shape, dtype=dtype, requires_grad=True)
+    check_parity(lambda t: torch.tanh(norm(t * 2 + 1)), x,
+                 expect_ops=["aten._native_batch_norm_legit.no_stats"] + (["aten.repeat.default"] if affine else []),
+                 backward=True, scale=4)

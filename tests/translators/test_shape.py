@@ -37,6 +37,25 @@ def test_expand_and_unsqueeze():
                  expect_ops=["aten.unsqueeze.default", "aten.expand.default"])
 
 
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64])
+@pytest.mark.parametrize("shape,repeats", [
+    ((5,), (3,)),  # InstanceNorm's weight.repeat(N)
+    ((2, 3), (2, 1)),
+    ((2, 3), (1, 4)),
+    ((1, 3), (2, 2)),  # a size-1 dim repeated
+    ((2, 3), (2, 1, 3)),  # a new leading dim
+    ((4, 1), (1, 1, 1)),  # nothing repeated, a size-1 dim kept
+])
+def test_repeat(dtype, shape, repeats):
+    x = randn(*shape, dtype=dtype)
+    check_parity(lambda x: (x * 2).repeat(*repeats) + 1, x, expect_ops=["aten.repeat.default"])
+
+
+def test_repeat_of_a_transposed_input_broadcast_against_another():
+    x, y = randn(3, 2).t(), randn(4, 1, 6)
+    check_parity(lambda x, y: x.exp().repeat(1, 2) * y, x, y, expect_ops=["aten.repeat.default"])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
 def test_squeeze(dtype):
     x = randn(1, 4, 1, 3, dtype=dtype)
