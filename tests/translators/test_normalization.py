@@ -311,27 +311,47 @@ def test_group_norm_saved_statistics_and_channels_last_input():
 
 def test_group_norm_in_a_timm_model():
     # a real model with GroupNorm: timm's EfficientNet-B0 with group norms, one training step.
-    # Its gradients are ill-conditioned at this size (1x1 maps in the last stages), so ours
-    # and eager's are both judged against float64, relative to each gradient's largest value.
-    import copy
-
+    # Its outputs and gradients are ill-conditioned at this size (group norms over 1x1 maps in
+    # the last stages), so ours and eager's are both judged against float64, relative to each
+    # tensor's largest value; convolutions in full float32 (cuDNN's default TF32 rounds to 10
+    # mantissa bits, which those norms amplify differently in each run).
     timm = pytest.importorskip("timm")
     from benchmarks import zoo_check
     from nvfuser_dtensor_backend import reports
+
+    cudnn = torch.backends.cudnn
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:  # flags(): other tests' imports may have frozen the global cuDNN flags
+        with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                         allow_tf32=False):
+            _group_norm_model_step(timm, zoo_check, reports)
+    finally:
+        torch.set_float32_matmul_precision(precision)
+
+
+def _group_norm_model_step(timm, zoo_check, reports):
+    import copy
 
     torch.manual_seed(0)
     model = timm.create_model("efficientnet_b0_gn", pretrained=False, num_classes=10).to(DEVICE)
     exact = copy.deepcopy(model).double()
     compiled = zoo_check.compile_model(model, "nvfuser_dtensor")
     x = randn(2, 3, 32, 32)
+    outs = []
     for m, inp in ((compiled, x), (model, x), (exact, x.double())):
-        m(inp).square().mean().backward()
-    assert_close(compiled(x), model(x), scale=4)
+        outs.append(m(inp))
+        outs[-1].square().mean().backward()
+
+    def err(got, ref):
+        return ((got.double() - ref).abs().max() / ref.abs().max()).item()
+
+    ours_err, eager_err = err(outs[0], outs[2]), err(outs[1], outs[2])
+    assert ours_err <= max(4 * eager_err, 1e-5), (ours_err, eager_err)
     exact_grads = dict(exact.named_parameters())
     for (n, ours), (_, eager) in zip(compiled._orig_mod.named_parameters(), model.named_parameters()):
         ref = exact_grads[n].grad
-        err = lambda g: ((g.double() - ref).abs().max() / ref.abs().max()).item()  # noqa: E731
-        assert err(ours.grad) <= max(4 * err(eager.grad), 1e-5), n
+        assert err(ours.grad, ref) <= max(4 * err(eager.grad, ref), 1e-5), (n, err(ours.grad, ref), err(eager.grad, ref))
     assert "aten.native_group_norm.default" in fused_ops()
     assert not any("native_group_norm" in line for r in reports() for line in r.summary().splitlines()
                    if line.strip().startswith("in PyTorch"))
