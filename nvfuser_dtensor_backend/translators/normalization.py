@@ -92,19 +92,24 @@ def native_layer_norm_backward(ctx, grad_out, x, normalized_shape, mean, rstd, w
     return grad_input, grad_weight, grad_bias
 
 
+def _per_channel(ctx, t, ndim):
+    """A per-channel vector broadcast along dim 1 of a rank-``ndim`` tensor."""
+    return ctx.ops.broadcast(t, is_broadcast_dim=[d != 1 for d in range(ndim)])
+
+
+def _channel_affine(ctx, out, weight, bias):
+    """``out * weight + bias``, the per-channel parameters (when given) broadcast along dim 1."""
+    if weight is not None:
+        out = ctx.ops.mul(out, _per_channel(ctx, upcast(ctx, weight), out.ndim))
+    if bias is not None:
+        out = ctx.ops.add(out, _per_channel(ctx, upcast(ctx, bias), out.ndim))
+    return out
+
+
 def _normalized_per_channel(ctx, x, mean, rstd, weight, bias):
     """``(x - mean) * rstd * weight + bias``, the per-channel vectors broadcast along dim 1."""
-    channels = [d != 1 for d in range(x.ndim)]
-
-    def per_channel(t):
-        return ctx.ops.broadcast(t, is_broadcast_dim=channels)
-
-    out = ctx.ops.mul(ctx.ops.sub(x, per_channel(mean)), per_channel(rstd))
-    if weight is not None:
-        out = ctx.ops.mul(out, per_channel(upcast(ctx, weight)))
-    if bias is not None:
-        out = ctx.ops.add(out, per_channel(upcast(ctx, bias)))
-    return out
+    out = ctx.ops.mul(ctx.ops.sub(x, _per_channel(ctx, mean, x.ndim)), _per_channel(ctx, rstd, x.ndim))
+    return _channel_affine(ctx, out, weight, bias)
 
 
 def _check_training_batch_norm(training_arg: int):
@@ -197,18 +202,12 @@ def native_group_norm(ctx, x, weight, bias, n, c, hxw, group, eps):
     mean and rstd are ``[N, group]``. ``n`` and ``group`` are the graph's own literals; the
     input's other extents stay symbolic (Note [Shapes stay symbolic])."""
     x = upcast(ctx, x)
-    ndim = len(ctx.arg_val(0).shape)
     grouped = ctx.ops.reshape(x, [n, group, -1])
     var, mean = ctx.ops.var_mean(grouped, dims=[2], correction=0, keepdim=True)
     rstd = ctx.ops.rsqrt(ctx.ops.add(var, float(eps)))
     normed = ctx.ops.mul(ctx.ops.sub(grouped, mean), rstd)
-    out = ctx.ops.reshape(normed, [ctx.ops.size(x, d) for d in range(ndim)])
-    channels = [d != 1 for d in range(ndim)]
-    if weight is not None:
-        out = ctx.ops.mul(out, ctx.ops.broadcast(upcast(ctx, weight), is_broadcast_dim=channels))
-    if bias is not None:
-        out = ctx.ops.add(out, ctx.ops.broadcast(upcast(ctx, bias), is_broadcast_dim=channels))
-    return out, ctx.ops.squeeze(mean, [2]), ctx.ops.squeeze(rstd, [2])
+    out = ctx.ops.reshape(normed, [ctx.ops.size(x, d) for d in range(x.ndim)])
+    return _channel_affine(ctx, out, weight, bias), ctx.ops.squeeze(mean, [2]), ctx.ops.squeeze(rstd, [2])
 
 
 def _softmax_dim(x, dim) -> list[int]:
