@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The DTensor global view on the GPU (issue 14), alone on the GPU, about 8 minutes, after
+# The DTensor global view on the GPU (issue 14), alone on the GPU, about 9 minutes, after
 # `source .device/setup.sh`:
 # - nvFuser's multidevice ABI fix for the staged wheel (scripts/gpu_nvfuser_abi_fix.py);
 # - the TP cases in the global view against eager DTensor (test_global_view_opt_in_on_the_visible_gpus),
@@ -39,3 +39,9 @@ timeout 120 torchrun --standalone --nproc_per_node 1 -m benchmarks.ab_interleave
   --cases tp_mlp,tp_attention,sp_block --a nvfuser_dtensor:global_view --b nvfuser_dtensor --calls 50 \
   --out "$out/h200_tp1_local_execution" > "$out/tp_ab.log" 2>&1
 echo "== tp a/b"; grep -A7 "^case" "$out/tp_ab.log"
+# Where the calls go, kernels against wall time per call (scripts/gpu_tp_kernels.py), after the
+# dead-op fix of the local graphs (Note [Dead ops of DTensor's metadata propagation]).
+timeout "${TPK_TIMEOUT:-150}" torchrun --standalone --nproc_per_node 1 scripts/gpu_tp_kernels.py \
+  --cases "${TPK_CASES:-sp_block,tp_attention}" --size large --modes fwd,fwd+bwd \
+  --backends inductor,nvfuser_dtensor,nvfuser_dtensor:global_view > "$out/tp_kernels.log" 2>&1
+echo "== tp kernels"; grep -A8 "^== " "$out/tp_kernels.log" | cut -c1-160

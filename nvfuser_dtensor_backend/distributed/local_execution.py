@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 import warnings
 from typing import Callable
 
@@ -126,37 +127,41 @@ class _LocalRegionCall:
             results.append(t)
         if not self.tried_fast:
             self.tried_fast = True
-            self.fast = None if restrided else self._fast_entry(dts)
+            why = "an output needs other strides than the trace gave it" if restrided else self._slow_reason(dts)
+            if why:
+                log.info("nvfuser_dtensor: region %s runs through DTensor on every call: %s", self.region.name, why)
         return results
 
-    def _fast_entry(self, dts) -> _GlobalViewEntry | None:
-        """The region's nvFuser entry, when running it on local tensors gives what the trace
-        assumed: nvFuser's output shardings are the expected placements, or for a
-        ``Partial`` output the same with Replicate, which ``_to_expected`` (dtensor_region.py)
-        turns into a Partial(sum) by keeping the value on coordinate 0 of that mesh dim and
-        zeros elsewhere; here the same is set once in ``zero_outputs``."""
+    def _slow_reason(self, dts) -> str | None:
+        """Sets ``self.fast`` to the region's nvFuser entry when running it on local tensors
+        gives what the trace assumed: nvFuser's output shardings are the expected placements,
+        or for a ``Partial`` output the same with Replicate, which ``_to_expected``
+        (dtensor_region.py) turns into a Partial(sum) by keeping the value on coordinate 0 of
+        that mesh dim and zeros elsewhere; here the same is set once in ``zero_outputs``.
+        Otherwise returns why not."""
         if isinstance(self.region, _RandomOp):  # always through DTensor (see the Note)
             return None
         opts = self.region.options
         if opts.check_layouts or opts.verify:
-            return None
+            return "options check_layouts or verify"
         entry = self.region._entries.get(tuple(map(_fast_key, dts)))
         if type(entry) is not _GlobalViewEntry or entry.placements is None:
-            return None
+            return f"no nvFuser entry on local tensors ({type(entry).__name__})"
         zero = set()
         for j, i in enumerate(entry.index):
             got, want = tuple(entry.placements[i]), tuple(entry.expected[j])
             if want != self.out_specs[j].placements:
-                return None
+                return f"output {j}: eager's placements {want} are not the traced {self.out_specs[j].placements}"
             if got == want:
                 continue
             coordinate = entry.mesh.get_coordinate()
             if got != without_partial(want) or coordinate is None:
-                return None
+                return f"output {j}: nvFuser shards it {got}, eager {want}"
             if holds_zero(want, coordinate):
                 zero.add(j)
         self.zero_outputs = frozenset(zero)
-        return entry
+        self.fast = entry
+        return None
 
 
 def _like(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -301,18 +306,29 @@ class BackwardByGradPlacements:
         self.graphs: dict[tuple, LocalGraph] = {}
         self.first = self._lower(grads)  # at compile time: a graph that cannot be lowered is found there
 
-    @staticmethod
-    def _key(grads) -> tuple:
-        return tuple((a.device_mesh, tuple(a.placements)) if isinstance(a, DTensor) else None for a in grads)
+    def _local(self, j: int) -> bool:
+        """The gradient ``j`` is of a ``to_local`` output: autograd passes it as the local
+        tensor, whatever placements the others have."""
+        return len(self.saved) + j in self.lowering.get("local_inputs", frozenset())
+
+    def _key(self, grads) -> tuple:
+        return tuple("local" if self._local(j) else (a.device_mesh, tuple(a.placements)) if isinstance(a, DTensor)
+                     else None for j, a in enumerate(grads))
 
     def _lower(self, grads: list) -> LocalGraph:
         graph, _ = lower_to_local(self.compiled, self.saved + list(grads), **self.lowering)
         self.graphs[self._key(grads)] = graph
         return graph
 
-    def _fake(self, a):
+    def _fake(self, j: int, a):
         """A dense fake of the gradient ``a`` (under ``self.mode``) with its static sizes: an
-        expanded gradient (of a sum) is made dense at run time (``LocalGraph``)."""
+        expanded gradient (of a sum) is made dense at run time (``LocalGraph``). The local
+        gradient of a ``to_local`` output is faked as the DTensor the first trace took."""
+        spec = self.first.in_specs[len(self.saved) + j] if self._local(j) else None
+        if spec is not None:
+            local = torch.empty(a.shape, dtype=a.dtype, device=a.device)
+            return DTensor.from_local(local, spec.mesh, spec.placements, run_check=False, shape=spec.shape,
+                                      stride=spec.stride)
         if isinstance(a, DTensor):
             local = a._local_tensor
             local = torch.empty(local.shape, dtype=local.dtype, device=local.device)
@@ -329,7 +345,7 @@ class BackwardByGradPlacements:
         graph = self.graphs.get(self._key(grads))
         if graph is None:
             with self.mode, implicit_replication():
-                fakes = [self._fake(a) for a in grads]
+                fakes = [self._fake(j, a) for j, a in enumerate(grads)]
             try:
                 graph = self._lower(fakes)
             except NotLocal as e:  # the graph traced with the assumed placements still runs
@@ -389,6 +405,7 @@ def lower_to_local(compiled: Callable, args: list, local_inputs: frozenset[int] 
         with warnings.catch_warnings():  # DTensor's own, about requires_grad of fake locals
             warnings.filterwarnings("ignore", "To construct DTensor from torch.Tensor")
             gm = make_fx(local_graph)(*locals_)
+        _drop_dead_aten_ops(gm)
         _call_regions_directly(gm)
         random_ops = [_CALLS[i].region.name for i in calls if isinstance(_CALLS[i].region, _RandomOp)]
     except NotLocal:
@@ -419,6 +436,27 @@ def _with_tracers(graph: fx.Graph, calls: list[int]) -> fx.Graph:
             copied.target = _RandomOpTracer(node.target, calls).trace
         env[node] = copied
     return new
+
+
+# Note [Dead ops of DTensor's metadata propagation]
+# On a miss of its cache, DTensor's sharding propagation finds an op's output shapes by
+# running the op on fake tensors (``_propagate_tensor_meta_non_cached``: ``empty_strided``
+# inputs, in the fake mode it detects). Under ``make_fx`` that run is traced as well: the
+# local graph then holds the op a second time, on ``empty_strided`` tensors, with an output
+# nobody reads, and would run it on every call. In the SP block that was a second attention
+# forward and backward per step (the CPU flash attention's, on one gloo rank). Dead aten ops
+# are dropped, attention ops with ``dropout_p=0`` among them (tagged random for their
+# dropout); region calls, random ops and collectives are kept as they are.
+def _drop_dead_aten_ops(gm: fx.GraphModule) -> None:
+    def keep(node: fx.Node) -> bool:
+        target = node.target
+        pure_aten = isinstance(target, torch._ops.OpOverload) and target.namespace == "aten"
+        if not (pure_aten or target is operator.getitem):
+            return True
+        return node.is_impure(impure_random=False) or _is_random(node)  # attention without dropout goes
+
+    if gm.graph.eliminate_dead_code(is_impure_node=keep):
+        gm.recompile()
 
 
 def _call_regions_directly(gm: fx.GraphModule) -> None:

@@ -337,6 +337,48 @@ def test_local_graph_holds_the_collectives_dtensor_places(mesh):
     assert [s.placements for s in graph.in_specs] == [(Shard(0),), (Shard(1),)]
 
 
+def test_local_graphs_hold_no_dead_ops_of_dtensor_metadata_propagation(mesh, monkeypatch, caplog):
+    """Note [Dead ops of DTensor's metadata propagation]: the SP block's local graphs ran the
+    attention a second time, forward and backward, on ``empty_strided`` tensors nobody read
+    (DTensor's shape propagation, traced by make_fx). Every op left computes an output. The
+    block's output is ``to_local``-ed, so its gradient comes local: that is what the backward
+    was traced with, not a new placement to trace again for (which failed on the local shape)."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from models import TPBlock, sp_block_plan
+    from nvfuser_dtensor_backend.distributed import global_view, local_execution
+
+    made = []
+    real = local_execution.lower_to_local
+
+    def spy(*args, **kwargs):
+        graph, outs = real(*args, **kwargs)
+        made.append(graph.gm)
+        return graph, outs
+
+    monkeypatch.setattr(global_view, "lower_to_local", spy)
+    monkeypatch.setattr(local_execution, "lower_to_local", spy)
+    model = parallelize_module(TPBlock(32, 4), mesh, sp_block_plan())
+    x = torch.randn(2, 8, 32, requires_grad=True)
+    with caplog.at_level(logging.WARNING, logger="nvfuser_dtensor_backend"):
+        torch.compile(model, backend="nvfuser_dtensor")(x).sum().backward()
+    assert not [r for r in caplog.records if "keeps the gradient placements" in r.getMessage()], caplog.text
+    attention = "_scaled_dot_product_flash_attention_for_cpu"
+    codes = [gm.code for gm in made]
+    assert any(f"{attention}.default" in c for c in codes) and any(f"{attention}_backward" in c for c in codes), codes
+    for gm in made:
+        live = set()
+        stack = [n for n in gm.graph.nodes if n.op == "output"]
+        while stack:
+            node = stack.pop()
+            if node not in live:
+                live.add(node)
+                stack.extend(node.all_input_nodes)
+        dead = [n.format_node() for n in gm.graph.nodes if n.op == "call_function" and n not in live]
+        assert dead == [], gm.code
+        assert gm.code.count(f"{attention}.default(") <= 1 and gm.code.count(f"{attention}_backward.default(") <= 1
+
+
 def test_random_ops_between_regions_run_through_dtensor_alone(mesh):
     """Dropout's rand_like on a DTensor is one call through DTensor in the local graph (its
     RNG tracker offsets each shard's generator per call); the rest stays local. Attention
@@ -397,11 +439,11 @@ def _stub_region(mesh, expected, shardings, output_index, fd_outputs, region_out
 
 
 @pytest.mark.parametrize("case", ["fast", "other_shardings", "fd_fails"])
-def test_region_call_runs_fd_execute_on_local_tensors_once_shardings_match(mesh, case):
+def test_region_call_runs_fd_execute_on_local_tensors_once_shardings_match(mesh, case, caplog):
     """The GPU fast path of a region call (the CPU evaluator never takes it): after the first
     call through DTensor, ``fd.execute`` runs on the local tensors directly, but only when
-    nvFuser's output shardings are the placements the trace assumed; a failing execute goes
-    back to the DTensor call."""
+    nvFuser's output shardings are the placements the trace assumed (otherwise one log line
+    says why not); a failing execute goes back to the DTensor call."""
     from nvfuser_dtensor_backend.distributed.local_execution import _LocalRegionCall
 
     # from_local: the fake process group's scatter would leave garbage (NaN) in the shard.
@@ -412,9 +454,16 @@ def test_region_call_runs_fd_execute_on_local_tensors_once_shardings_match(mesh,
                                  lambda args: [args[0] * 3, args[0] + 1], lambda dts: (dts[0] + 1, dts[0] * 3),
                                  fail=case == "fd_fails")
     call = _LocalRegionCall(region, [x._spec], [x._spec, x._spec], [local, local])
-    first = call.run([local])
+    with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
+        first = call.run([local])
     torch.testing.assert_close(first[0], local + 1)
     assert (call.fast is not None) == (case != "other_shardings")
+    slow = [r.getMessage() for r in caplog.records if "runs through DTensor on every call" in r.getMessage()]
+    if case == "other_shardings":
+        assert slow == ["nvfuser_dtensor: region stub runs through DTensor on every call: output 1: nvFuser "
+                        "shards it (Replicate(),), eager (Shard(dim=0),)"], slow
+    else:
+        assert slow == []
     second = call.run([local])
     torch.testing.assert_close(second[0], local + 1)
     torch.testing.assert_close(second[1], local * 3)
