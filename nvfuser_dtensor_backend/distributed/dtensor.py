@@ -127,11 +127,24 @@ def schedule_input(tv, desc: PlacementDesc) -> None:
 
     Inputs get this from their DTensors; an intermediate annotated this way (a relayout,
     tp_conversions.py) makes nvFuser redistribute to that layout itself.
+
+    Note [One device along a mesh dim]
+    A Shard over a mesh dim of one device is the whole tensor along that dim: the same local
+    tensor as Replicate. It is not split onto a device axis, so nvFuser sees no resharding
+    there. Split, every relayout along it was a communication segment of its own: on one
+    H100 the SP block's global view ran ``nccl:scatter``s and device copies on a mesh of
+    one GPU, 100 kernels per step against the local path's 69, and lost to it by 0.61x
+    (benchmarks/results/h100_session24). The outputs then read Replicate along such a dim
+    from nvFuser and take eager's placements there (``_GlobalViewEntry._output_placements``,
+    dtensor_region.py). Tensor parallelism of one GPU (debugging, or a ``tp`` dim of 1 in a
+    2-D mesh) is where this applies.
     """
     tv.set_device_mesh(device_mesh(desc.mesh_shape, desc.devices))
     axes = mesh_axes()
     # Split higher tensor dims first so the positions of lower dims do not move.
     for dim, k in sorted(desc.sharded_dims.items(), reverse=True):
+        if desc.mesh_shape[k] == 1:
+            continue
         tv.outer_split(dim, desc.mesh_shape[k])
         tv.axis(dim).parallelize(axes[k])
 

@@ -259,8 +259,17 @@ class _GlobalViewEntry(_DTensorEntry):
         """
         shardings = self.fd.fec.get_output_shardings()
         if not shardings:
-            return [(Replicate(),) * self.mesh.ndim] * n
-        return [placements_from_sharding(s, self.mesh.ndim) for s in shardings]
+            placements = [(Replicate(),) * self.mesh.ndim] * n
+        else:
+            placements = [placements_from_sharding(s, self.mesh.ndim) for s in shardings]
+        # Mesh dims of one device are never split (Note [One device along a mesh dim]):
+        # there the output is whole on its device, placed as eager places it.
+        ones = [k for k, size in enumerate(self.mesh.shape) if size == 1]
+        if ones:
+            for j, i in enumerate(self.index):
+                want = without_partial(self.expected[j])
+                placements[i] = tuple(want[k] if k in ones else p for k, p in enumerate(placements[i]))
+        return placements
 
 
 class _GatherEvaluateEntry(_DTensorEntry):

@@ -95,6 +95,53 @@ def test_two_dim_mesh_uses_mesh_x_and_mesh_y():
         dist.destroy_process_group()
 
 
+@pytest.mark.parametrize("mesh_shape", [(1,), (2, 1)], ids=["one_device", "tp_of_one"])
+def test_a_mesh_dim_of_one_device_splits_nothing(mesh_shape):
+    """Note [One device along a mesh dim]: a Shard over a mesh dim of one device is the whole
+    tensor, so it is not split onto a device axis (nvFuser ran a scatter and device copies
+    for each such relayout on one H100); the tensor stays on the mesh, and the output keeps
+    eager's placements."""
+    world = 1
+    for n in mesh_shape:
+        world *= n
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        torch._dynamo.reset()
+        nb.clear_reports()
+        mesh = init_device_mesh("cpu", mesh_shape)
+        placements = [Shard(0), Shard(1)][:len(mesh_shape)]
+        x = distribute_tensor(torch.randn(8, 16), mesh, placements)
+        out = torch.compile(lambda x: torch.exp(x) + 1, backend="nvfuser_dtensor")(x)
+        assert out.placements == tuple(placements)
+        assert out.to_local().shape == x.to_local().shape
+        (region,) = _regions()
+        text = region.scheduled_inputs[0]
+        assert "DeviceMesh" in text, text
+        assert "deviceIdx.y" not in text, text  # the mesh dim of one device, if any, is mesh_y
+        assert ("ideviceIdx.x" in text) == (mesh_shape[0] > 1), text
+    finally:
+        dist.destroy_process_group()
+
+
+def test_outputs_on_a_mesh_dim_of_one_device_take_eager_placements():
+    """nvFuser reports Replicate along a mesh dim it did not split (one device); the GPU entry
+    takes eager's placements there (a Partial as Replicate, which holds the whole value on the
+    one device), so the local graph's fast path finds what it traced."""
+    from types import SimpleNamespace
+
+    from nvfuser_dtensor_backend.distributed.dtensor_region import _GlobalViewEntry
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        mesh = init_device_mesh("cpu", (2, 1))
+        fec = SimpleNamespace(get_output_shardings=lambda: [])  # nvFuser: nothing sharded
+        built = SimpleNamespace(output_index=[1, 0], fd=SimpleNamespace(fec=fec))
+        entry = _GlobalViewEntry(built, False, mesh, [(Replicate(), Shard(0)), (Replicate(), Partial())], frozenset())
+        assert entry._output_placements(2) == [(Replicate(), Replicate()), (Replicate(), Shard(0))]
+    finally:
+        dist.destroy_process_group()
+
+
 def test_training_graph_runs_forward_and_backward_in_the_global_view(mesh):
     x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)])
     w = distribute_tensor(torch.randn(16), mesh, [Replicate()]).requires_grad_()
