@@ -127,12 +127,12 @@ class _LocalRegionCall:
             results.append(t)
         if not self.tried_fast:
             self.tried_fast = True
-            why = "an output needs other strides than the trace gave it" if restrided else self._slow_reason(dts)
+            why = "an output needs other strides than the trace gave it" if restrided else self._take_fast_path(dts)
             if why:
                 log.info("nvfuser_dtensor: region %s runs through DTensor on every call: %s", self.region.name, why)
         return results
 
-    def _slow_reason(self, dts) -> str | None:
+    def _take_fast_path(self, dts) -> str | None:
         """Sets ``self.fast`` to the region's nvFuser entry when running it on local tensors
         gives what the trace assumed: nvFuser's output shardings are the expected placements,
         or for a ``Partial`` output the same with Replicate, which ``_to_expected``
@@ -450,8 +450,8 @@ def _with_tracers(graph: fx.Graph, calls: list[int]) -> fx.Graph:
 def _drop_dead_aten_ops(gm: fx.GraphModule) -> None:
     def keep(node: fx.Node) -> bool:
         target = node.target
-        pure_aten = isinstance(target, torch._ops.OpOverload) and target.namespace == "aten"
-        if not (pure_aten or target is operator.getitem):
+        aten_op = isinstance(target, torch._ops.OpOverload) and target.namespace == "aten"
+        if not (aten_op or target is operator.getitem):
             return True
         return node.is_impure(impure_random=False) or _is_random(node)  # attention without dropout goes
 
