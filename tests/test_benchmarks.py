@@ -151,3 +151,26 @@ def test_nhwc_reduction_script_defines_each_variant_right(monkeypatch, capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 2x") or line.startswith("| 4x")]
     assert len(rows) == 2
     assert all(float(row.rstrip(" |").rsplit("|", 1)[1]) < 1e-5 for row in rows)  # max relative error
+
+
+def test_tp_kernels_script_runs_a_tp_case_on_one_rank():
+    """scripts/gpu_tp_kernels.py on one gloo rank (CPU): it times each backend and shows the
+    log line of a global-view region call that runs through DTensor (the evaluator's)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "NVFUSER_DTENSOR_CHECK_LAYOUTS")}
+    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")  # the tests' layout checks off, as a user runs it
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+         str(root / "scripts" / "gpu_tp_kernels.py"), "--device", "cpu", "--size", "cpu", "--dtype", "float32",
+         "--cases", "sp_block", "--modes", "fwd", "--backends", "nvfuser_dtensor:global_view", "--calls", "1"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=root)
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text[-3000:]
+    assert "== sp_block cpu fwd nvfuser_dtensor:global_view: wall" in text, text[-3000:]
+    assert "runs through DTensor on every call: no nvFuser entry on local tensors" in text, text[-3000:]
