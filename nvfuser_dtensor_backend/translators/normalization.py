@@ -32,12 +32,18 @@ def _bcast_inner(ctx, t, ndim):
     return ctx.ops.broadcast(t, is_broadcast_dim=[True] * (ndim - t.ndim) + [False] * t.ndim)
 
 
+def _statistics(ctx, x, dims, eps, keepdim: bool):
+    """The biased variance, the mean and ``rsqrt(var + eps)`` of ``x`` over ``dims``, as every
+    norm here computes them."""
+    var, mean = ctx.ops.var_mean(x, dims=dims, correction=0, keepdim=keepdim)
+    return var, mean, ctx.ops.rsqrt(ctx.ops.add(var, float(eps)))
+
+
 @translator(aten.native_layer_norm.default)
 def native_layer_norm(ctx, x, normalized_shape, weight, bias, eps):
     x = upcast(ctx, x)
     _, inner = _layer_norm_axes(x, normalized_shape)
-    var, mean = ctx.ops.var_mean(x, dims=inner, correction=0, keepdim=True)
-    rstd = ctx.ops.rsqrt(ctx.ops.add(var, float(eps)))
+    _, mean, rstd = _statistics(ctx, x, inner, eps, keepdim=True)
     out = ctx.ops.mul(ctx.ops.sub(x, mean), rstd)
     if weight is not None:
         out = ctx.ops.mul(out, _bcast_inner(ctx, upcast(ctx, weight), x.ndim))
@@ -128,8 +134,7 @@ def _batch_statistics(ctx, x, eps):
     """Training-mode batch norm's statistics as aten's decomposition computes them
     (``native_batch_norm_helper``): over every dim but the channels (1), in fp32."""
     dims = [0] + list(range(2, x.ndim))
-    var, mean = ctx.ops.var_mean(x, dims=dims, correction=0, keepdim=False)
-    return dims, var, mean, ctx.ops.rsqrt(ctx.ops.add(var, float(eps)))
+    return (dims, *_statistics(ctx, x, dims, eps, keepdim=False))
 
 
 @translator(aten._native_batch_norm_legit_functional.default, check=_check_training_batch_norm(5))
@@ -203,8 +208,7 @@ def native_group_norm(ctx, x, weight, bias, n, c, hxw, group, eps):
     input's other extents stay symbolic (Note [Shapes stay symbolic])."""
     x = upcast(ctx, x)
     grouped = ctx.ops.reshape(x, [n, group, -1])
-    var, mean = ctx.ops.var_mean(grouped, dims=[2], correction=0, keepdim=True)
-    rstd = ctx.ops.rsqrt(ctx.ops.add(var, float(eps)))
+    _, mean, rstd = _statistics(ctx, grouped, [2], eps, keepdim=True)
     normed = ctx.ops.mul(ctx.ops.sub(grouped, mean), rstd)
     out = ctx.ops.reshape(normed, [ctx.ops.size(x, d) for d in range(x.ndim)])
     return _channel_affine(ctx, out, weight, bias), ctx.ops.squeeze(mean, [2]), ctx.ops.squeeze(rstd, [2])
