@@ -212,7 +212,7 @@ class CudaGraphs:
             log.warning("nvfuser_dtensor: CUDA graphs are off for this compiled graph from now on: %s; "
                         "it runs as it is", why)
 
-    def _runner(self, kind: str, compiled: Callable, static: list[int], escaping: int | None) -> Callable:
+    def runner(self, kind: str, compiled: Callable, static: list[int], escaping: int | None) -> Callable:
         if self._capture is None:
             device = self.device_index or 0
             if SHARED_POOL:  # A/B switch: one pool (and ledger) for every compiled graph of a device
@@ -269,7 +269,7 @@ class CudaGraphs:
                     return compiled
                 log.info("nvfuser_dtensor: the %s graph replays as a CUDA graph (%d static inputs of %d)",
                          kind, len(static), len(inputs))
-                return self._runner(kind, compiled, static, escaping)
+                return self.runner(kind, compiled, static, escaping)
 
             return ours
         recorded = dict(stack_traces=get_stack_traces(gm), placeholders=get_placeholder_info(gm.graph),

@@ -35,6 +35,7 @@ from ..decompositions import decomposition_table
 from .dtensor import PlacementDesc, placement_reason
 from .dtensor_ops import register_strategies
 from .dtensor_region import GlobalViewRegion, fake_dtensor
+from .local_cuda_graphs import capture
 from .local_execution import BackwardByGradPlacements, NotLocal, lower_to_local
 from .sharded_reshapes import keep_inner_sharded_reshapes_out
 from ..options import Options
@@ -194,6 +195,8 @@ def compile_global_view(gm: fx.GraphModule, example_inputs, options: Options,
             c.__wrapped__.meta["report"].between_regions = "DTensor (options dtensor_runtime=True)"
     else:
         runs = _local_or_dtensor(compiled, fake_args, n_out, conv)
+        if runs is not compiled:  # Note [CUDA graphs of local graphs]
+            capture(runs, [c.report for c in compiled], example_inputs, options.cuda_graphs, n_out)
     # Local graphs take and return the conversions' local tensors themselves.
     conv_at_run = None if runs is not compiled else conv
     if not train:

@@ -280,6 +280,9 @@ class LocalGraph:
         self.out_specs = out_specs
         self.local_inputs = local_inputs
         self.local_outputs = local_outputs
+        # Runs the graph on a list of local tensors (boxed: it empties the list); a GraphRunner
+        # where the graph replays as a CUDA graph (Note [CUDA graphs of local graphs]).
+        self.run: Callable[[list], list] = _boxed(gm)
 
     def __call__(self, args: list) -> list:
         locals_ = []
@@ -291,9 +294,18 @@ class LocalGraph:
             if isinstance(a, torch.Tensor) and a.stride() != self.in_strides[i]:
                 a = _like(a, self.in_locals[i])  # e.g. an expanded gradient of a sum
             locals_.append(a)
-        outs = self.gm(*locals_)
+        outs = self.run(locals_)
         return [DTensor(o, spec, requires_grad=False) if spec is not None and j not in self.local_outputs else o
                 for j, (o, spec) in enumerate(zip(outs, self.out_specs))]
+
+
+def _boxed(gm: fx.GraphModule) -> Callable[[list], list]:
+    def run(args: list) -> list:
+        mine = list(args)
+        args.clear()  # the inputs may be freed as the graph goes, as AOTAutograd's boxed calls do
+        return list(gm(*mine))
+
+    return run
 
 
 class BackwardByGradPlacements:
@@ -304,6 +316,7 @@ class BackwardByGradPlacements:
     def __init__(self, compiled: Callable, saved: list, mode, grads: list, **lowering):
         self.compiled, self.saved, self.mode, self.lowering = compiled, saved, mode, lowering
         self.graphs: dict[tuple, LocalGraph] = {}
+        self.on_lower: Callable[[LocalGraph], None] | None = None  # applied to each graph lowered at run time
         self.first = self._lower(grads)  # at compile time: a graph that cannot be lowered is found there
 
     def _local(self, j: int) -> bool:
@@ -318,6 +331,8 @@ class BackwardByGradPlacements:
     def _lower(self, grads: list) -> LocalGraph:
         graph, _ = lower_to_local(self.compiled, self.saved + list(grads), **self.lowering)
         self.graphs[self._key(grads)] = graph
+        if self.on_lower is not None:
+            self.on_lower(graph)
         return graph
 
     def _fake(self, j: int, a):
