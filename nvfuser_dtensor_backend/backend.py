@@ -222,13 +222,11 @@ def _global_view_choice(opts: Options, example_inputs) -> str | None:
     """Why ``options.global_view`` keeps this DTensor graph off the global view, or None."""
     if opts.global_view is False:
         return "options global_view=False"
-    on_cuda = _any_on_cuda(example_inputs)
-    if opts.global_view == "auto" and on_cuda:
-        why = multidevice_abi_reason() or (
-            "on the H200 it ran about 3x slower than the local path when ops outside fusions dispatched "
-            "through DTensor at run time (benchmarks/results/h200_tp1_global_view); they now run on local "
-            "tensors, not yet re-measured there")
-        return f"the global view is opt-in on CUDA (options={{'global_view': True}}): {why}"
+    # On one H100 the global view, its local graphs replayed as CUDA graphs, ran ahead of the
+    # local path in every TP case (benchmarks/results/h100_session25): "auto" takes it on CUDA
+    # too, unless nvFuser's multidevice runtime does not match this torch.
+    if opts.global_view == "auto" and _any_on_cuda(example_inputs) and (why := multidevice_abi_reason()):
+        return f"the global view needs options={{'global_view': True}} here: {why}"
     return None
 
 

@@ -38,12 +38,11 @@ class Options:
         global_view: how graphs with DTensor inputs are compiled: ``True`` in the global view
             (fusions with global shapes and multidevice annotations, distributed/global_view.py),
             ``False`` on the local path (AOTAutograd's per-rank desugaring), ``"auto"``
-            (default): the global view on CPU, the local path on CUDA, where the global view
-            is correct (H200, mesh of one GPU) but measured about 3x slower (ops outside
-            fusions dispatched through DTensor at run time); the log line says why, and names
-            an nvFuser wheel built for another torch than the running one (its multidevice
-            runtime then corrupts the heap: scripts/gpu_nvfuser_abi_fix.py). The 3x was measured
-            before Note [Local execution of the global view]; not yet re-measured.
+            (default): the global view, on CPU and CUDA (on one H100 it ran ahead of the
+            local path in every TP case, benchmarks/results/h100_session25), except on CUDA
+            with an nvFuser wheel built for another torch than the running one (its
+            multidevice runtime then corrupts the heap: scripts/gpu_nvfuser_abi_fix.py):
+            there the local path, and the log line says why.
         dtensor_runtime: the global view's code between regions dispatches through DTensor on
             every call, as before Note [Local execution of the global view] (default
             ``False``: it is traced once into local aten ops and functional collectives). For
@@ -55,7 +54,8 @@ class Options:
         cuda_graphs: replay the compiled forward and backward as CUDA graphs with the
             backend's own runner (cuda_graph_runner.py, Note [CUDA graphs of our own]): no
             value a user holds changes in a later replay. ``"auto"`` (default: dynamo graphs
-            whose tensor inputs are all on CUDA with static shapes, no DTensor), ``True``
+            whose tensor inputs are all on CUDA with static shapes; of DTensor graphs, the
+            global view's on a mesh of one device, Note [CUDA graphs of local graphs]), ``True``
             (any graph), ``False``, or ``"trees"`` (what ``"auto"`` captures, through
             PyTorch's cudagraph trees instead, Note [CUDA graphs through cudagraph trees]).
             Graphs that cannot be captured (input mutations, host syncs, dynamic shapes) run

@@ -122,7 +122,7 @@ def test_mesh_ids_stay_on_the_host_whatever_the_default_device(device):
 
 
 def test_multidevice_abi_reason_compares_the_wheels_torch_with_the_running_one(monkeypatch):
-    """options.global_view="auto" keeps CUDA DTensor graphs on the local path only when the
+    """options.global_view="auto" keeps CUDA DTensor graphs on the local path when the
     nvFuser wheel is built for another torch (Note [nvFuser wheel on a newer torch])."""
     from nvfuser_dtensor_backend import _nvfuser
 
@@ -139,3 +139,19 @@ def test_multidevice_abi_reason_compares_the_wheels_torch_with_the_running_one(m
     monkeypatch.setattr(_nvfuser, "wheel_torch", lambda: None)  # a source build
     monkeypatch.setattr(torch, "__version__", "2.11.0")
     assert _nvfuser.multidevice_abi_reason() is None
+
+
+@pytest.mark.parametrize("abi_reason", [None, "the nvFuser wheel is built for torch 2.10, this is torch 2.11"])
+def test_auto_takes_the_global_view_on_cuda_unless_the_wheel_is_built_for_another_torch(monkeypatch, abi_reason):
+    from nvfuser_dtensor_backend import backend
+    from nvfuser_dtensor_backend.options import Options
+
+    monkeypatch.setattr(backend, "_any_on_cuda", lambda values: True)
+    monkeypatch.setattr(backend, "multidevice_abi_reason", lambda: abi_reason)
+    why = backend._global_view_choice(Options.from_dict(None), [])
+    if abi_reason is None:
+        assert why is None
+    else:
+        assert why.startswith("the global view needs options={'global_view': True} here") and abi_reason in why
+    assert backend._global_view_choice(Options.from_dict({"global_view": True}), []) is None
+    assert backend._global_view_choice(Options.from_dict({"global_view": False}), []) == "options global_view=False"

@@ -75,12 +75,16 @@ def test_local_path_says_why(launch):
 
 @pytest.mark.gpu
 def test_every_case_passes_on_the_visible_gpus():
-    """One rank per visible GPU with NCCL, default options: the local path on CUDA
-    (options.global_view="auto"; the global view is opt-in there, the next test)."""
+    """One rank per visible GPU with NCCL, default options (options.global_view="auto"): the
+    global view, or the local path where the nvFuser wheel is built for another torch (the
+    GPU machine's; the next test takes the global view there once its ABI is fixed)."""
     import torch
 
+    from nvfuser_dtensor_backend._nvfuser import multidevice_abi_reason
+
     n = torch.cuda.device_count()
-    _check_all_passed(n, _torchrun(n, "cuda"), {case: "local" for case in EXPECTED})
+    expected = {case: "local" for case in EXPECTED} if multidevice_abi_reason() else EXPECTED
+    _check_all_passed(n, _torchrun(n, "cuda"), expected)
 
 
 @pytest.mark.gpu
