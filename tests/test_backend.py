@@ -261,6 +261,31 @@ def test_views_used_only_outside_leave_the_region():
     assert "aten.t.default" not in ops and "aten.expand.default" not in ops, ops
 
 
+@pytest.mark.parametrize("split", ["split", "unbind"])
+def test_split_pieces_used_only_outside_leave_the_region_with_the_split(split):
+    """GPT-2's qkv: the pieces of a split are views, made by PyTorch outside the region; a
+    region returning them copied each one (Note [Fusion outputs are fresh tensors])."""
+    def f(x, w):
+        qkv = torch.tanh(x) * 2
+        q, k, v = qkv.split(4, dim=-1) if split == "split" else qkv.view(8, 3, 4).unbind(1)
+        return q @ w, k.t() @ v
+
+    x, w = randn(8, 12), randn(4, 4)
+    check_parity(f, x, w, expect_ops=["aten.tanh.default", "aten.mul.Tensor"])
+    ops = fused_ops()
+    assert not {"aten.split.Tensor", "aten.split_with_sizes.default", "aten.unbind.int", "_operator.getitem"} & set(ops), ops
+
+
+def test_a_split_with_a_piece_read_inside_stays_whole_in_the_region():
+    def f(x, w):
+        q, k = (torch.tanh(x) * 2).split(4, dim=-1)
+        return torch.relu(q) + 1, k @ w
+
+    x, w = randn(8, 8), randn(4, 4)
+    check_parity(f, x, w, expect_ops=["aten.tanh.default", "aten.relu.default"])
+    assert "aten.split.Tensor" in fused_ops() or "aten.split_with_sizes.default" in fused_ops(), fused_ops()
+
+
 def test_inductor_fallback_compiles_the_code_between_regions():
     def f(x):
         y = torch.exp(x) * 2
