@@ -160,10 +160,22 @@ def _compile_rest_with_inductor(fused: fx.GraphModule) -> list[LazyInductor]:
     return parts
 
 
+def _eliminate_common_subexpressions(gm: fx.GraphModule) -> None:
+    """AOTAutograd's CSE (``fx_graph_cse``: random ops, mutations and outputs kept apart) runs
+    on training graphs only, in the min-cut partitioner; an inference graph gets it here. In
+    GPT-2 each layer turned the same boolean mask into a float mask, one kernel per layer."""
+    from torch._functorch.compile_utils import fx_graph_cse
+
+    gm.graph = fx_graph_cse(gm.graph)
+    gm.recompile()
+
+
 @compile_time.timed("graphs")  # Note [First-call accounting]
 def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kind: str,
                        region_cls: type = FusedRegion) -> Callable:
     """Partition an aten graph and swap each region for a FusedRegion (or ``region_cls``)."""
+    if kind == "inference" and region_cls is FusedRegion:
+        _eliminate_common_subexpressions(gm)
     if options.pad_matmuls and region_cls is FusedRegion:  # DTensor graphs (the global view) keep theirs
         pad_matmuls(gm, options.pad_matmuls)
     if region_cls is FusedRegion:

@@ -286,6 +286,20 @@ def test_a_split_with_a_piece_read_inside_stays_whole_in_the_region():
     assert "aten.split.Tensor" in fused_ops() or "aten.split_with_sizes.default" in fused_ops(), fused_ops()
 
 
+def test_an_inference_graph_computes_a_repeated_expression_once():
+    """AOTAutograd's CSE runs on training graphs only (in the min-cut partitioner); inference
+    graphs get it from the backend: GPT-2's layers each turned the same boolean mask into a
+    float mask, one nvFuser kernel per layer (22 us each on an H100)."""
+    def f(x, m):
+        a = torch.where(m, 0.0, float("-inf")) + x
+        b = torch.where(m, 0.0, float("-inf")) * x  # the same where again
+        return a.amax(-1), torch.tanh(b)
+
+    x, m = randn(8, 16), torch.rand(8, 16, device=DEVICE) > 0.3
+    check_parity(f, x, m, expect_ops=["aten.where.self"])
+    assert fused_ops().count("aten.where.self") == 1, fused_ops()
+
+
 def test_inductor_fallback_compiles_the_code_between_regions():
     def f(x):
         y = torch.exp(x) * 2
