@@ -168,7 +168,7 @@ def copying_out(replay: Callable, escaping: int | None) -> Callable:
 MIN_LAUNCHES = 3
 
 
-def _launches(report) -> int | None:
+def kernel_launches(report) -> int | None:
     """Kernel launches per call of a compiled graph, from its report (None: unknown): one per
     nvFuser region, per op left to PyTorch, per piece compiled by inductor."""
     if report is None:
@@ -261,7 +261,7 @@ class CudaGraphs:
         escaping = _escaping_outputs(kind)
         if not self.trees:
             def ours(compiled: Callable) -> Callable:
-                launches = _launches(getattr(compiled, "report", None))
+                launches = kernel_launches(getattr(compiled, "report", None))
                 if not self.asked and launches is not None and launches < MIN_LAUNCHES:
                     log.info("nvfuser_dtensor: the %s graph runs without CUDA graphs: %d kernel launch(es) per "
                              "call, too few for a replay to gain", kind, launches)

@@ -87,7 +87,7 @@ def capture(runs: list, reports: list, example_inputs, option, n_out: int) -> No
         graph = run.first if isinstance(run, BackwardByGradPlacements) else run
         why = why or cuda_graphs.skip_reason(graph.gm, graph.in_locals, static, cpu_constants=True)
     if why is None and option is not True:
-        launches = cuda_graphs._launches(reports[0])
+        launches = cuda_graphs.kernel_launches(reports[0])
         if launches is not None and launches < cuda_graphs.MIN_LAUNCHES:
             why = f"{launches} kernel launch(es) per call, too few for a replay to gain"
     cuda = [_local(a) for a in example_inputs if isinstance(a, torch.Tensor) and _local(a).is_cuda]
