@@ -302,7 +302,7 @@ class LocalGraph:
 def _boxed(gm: fx.GraphModule) -> Callable[[list], list]:
     def run(args: list) -> list:
         mine = list(args)
-        args.clear()  # the inputs may be freed as the graph goes, as AOTAutograd's boxed calls do
+        args.clear()  # consumed, as the boxed functions GraphRunner wraps (AOTAutograd's) consume theirs
         return list(gm(*mine))
 
     return run
