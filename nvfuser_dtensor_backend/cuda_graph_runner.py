@@ -320,6 +320,9 @@ class GraphRunner:
         self._boxed_call = True
         self.tangent_ptrs: dict[int, int] = {}  # Note [Tangents read in place]: where they lay last call
         self.tangent_waits = 0
+        # Note [Tangents read in place] for every input that is not used in place already, in
+        # any kind of graph (an A/B switch of the global view's graphs, local_cuda_graphs.py)
+        self.inputs_in_place = False
 
     @property
     def count(self) -> int:
@@ -443,8 +446,9 @@ class GraphRunner:
     def _steady(self, args: list) -> set[int]:
         """The indices of ``args`` this recording reads in place as tangents (Note [Tangents
         read in place]): large enough, not in padded rows, and read in place by earlier
-        recordings at this address or at fewer than ``STEADY_ADDRESSES`` others."""
-        if not TANGENTS_IN_PLACE or self.kind != "backward":
+        recordings at this address or at fewer than ``STEADY_ADDRESSES`` others. With
+        ``inputs_in_place`` the same rule holds for the inputs of any kind of graph."""
+        if not (self.inputs_in_place or (TANGENTS_IN_PLACE and self.kind == "backward")):
             return set()
         seen: dict[int, set[int]] = {}  # index -> the addresses recordings read it in place at
         for recs in self.recordings.values():

@@ -712,6 +712,25 @@ def test_tangents_in_padded_rows_and_forward_inputs_stay_copied(tangents_in_plac
     assert not forward.last.steady and [i for i, _, _ in forward.last.copies] == [1]
 
 
+def test_inputs_in_place_reads_an_inference_input_where_it_lies(tangents_in_place):
+    """``inputs_in_place`` (the global view's A/B switch) applies the rule of the tangents to
+    an inference graph's inputs: one that stays at its address is read there, not copied; a
+    new address gets a recording of its own, and the answer stays right."""
+    runner, failures = _runner(lambda a: [a[0] * a[1]], kind="inference", static=(0,), escaping=None)
+    runner.inputs_in_place = True
+    w, x, other = torch.randn(32), torch.empty(32), torch.randn(32)
+    for step in range(5):
+        x.copy_(torch.randn(32))  # new values, same memory
+        out, = runner([w, x])
+        torch.testing.assert_close(out, w * x)
+    assert runner.count == 1 and not failures
+    assert runner.last.copies == [] and runner.last.steady == {1}
+    for _ in range(3):
+        out, = runner([w, other])
+        torch.testing.assert_close(out, w * other)
+    assert runner.count == 2 and not failures
+
+
 def _hf_with_and_without_graphs(name: str):
     """A tiny zoo model compiled with CUDA graphs (replayed by the CPU stand-in) and a copy
     compiled without, with an SGD optimizer each."""

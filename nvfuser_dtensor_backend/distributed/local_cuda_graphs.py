@@ -41,6 +41,7 @@ from torch.distributed.tensor import DTensor
 
 from .. import cuda_graphs
 from ..cuda_graph_runner import note_uncaptured
+from ..options import env_flag
 from .local_execution import BackwardByGradPlacements, LocalGraph
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -110,9 +111,18 @@ def capture(runs: list, reports: list, example_inputs, option, n_out: int) -> No
         log.info("nvfuser_dtensor: the global view's %s graph replays as a CUDA graph", kind)
 
 
+# A/B switch (read at import), for issue 14's two short rows (large TP forwards, 0.92x and
+# 0.98x inductor on an H100, benchmarks/results/h100_session25): the forward's and the
+# inference's inputs that are not parameters are read where they lie when their address
+# repeats (Note [Tangents read in place], the same rule), instead of being copied into the
+# recording's buffers on every replay. Not yet measured on a GPU.
+INPUTS_IN_PLACE = env_flag("NVFUSER_DTENSOR_INPUTS_IN_PLACE")
+
+
 def _wrapper(graphs: "cuda_graphs.CudaGraphs", kind: str, static: list[int],
              escaping: int | None) -> Callable[[LocalGraph], None]:
     def wrap(graph: LocalGraph) -> None:
         graph.run = graphs.runner(kind, graph.run, static, escaping)
+        graph.run.inputs_in_place = INPUTS_IN_PLACE and kind != "backward"
 
     return wrap

@@ -97,6 +97,31 @@ def test_inference_outputs_kept_by_the_user_keep_their_values(one_device, captur
         torch.testing.assert_close(k, w, rtol=1e-5, atol=1e-5)
 
 
+def test_inputs_in_place_switch_reads_the_input_where_it_lies(one_device, captured_on_cpu, monkeypatch):
+    """NVFUSER_DTENSOR_INPUTS_IN_PLACE=1 (an A/B switch): an inference graph's input that stays
+    at its address is read there by the replays instead of being copied into a buffer."""
+    from nvfuser_dtensor_backend import cuda_graph_runner
+    from nvfuser_dtensor_backend.distributed import local_cuda_graphs
+
+    monkeypatch.setattr(local_cuda_graphs, "INPUTS_IN_PLACE", True)
+    monkeypatch.setattr(cuda_graph_runner, "TANGENT_IN_PLACE_FROM_BYTES", 64)
+    from nvfuser_dtensor_backend.cuda_graphs import CudaGraphs
+
+    runners, make = [], CudaGraphs.runner
+    monkeypatch.setattr(CudaGraphs, "runner", lambda self, *a: runners.append(make(self, *a)) or runners[-1])
+    torch.manual_seed(0)
+    model = parallelize_module(MLP(32, 128, approximate="none"), one_device, tp_mlp_plan())
+    compiled = torch.compile(model, backend="nvfuser_dtensor", options={"cuda_graphs": True})
+    x = torch.empty(2, 8, 32)
+    with torch.no_grad():
+        for _ in range(4):
+            x.copy_(torch.randn(2, 8, 32))
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    assert captured_on_cpu.records == 1
+    (runner,) = runners
+    assert runner.inputs_in_place and runner.last.copies == [] and runner.last.steady == {0}, runner.last.copies
+
+
 def test_random_ops_between_regions_keep_the_graph_uncaptured(one_device, captured_on_cpu, caplog):
     x = distribute_tensor(torch.randn(8, 16), one_device, [Shard(0)])
     w = distribute_tensor(torch.randn(16), one_device, [Replicate()]).requires_grad_()
