@@ -174,11 +174,11 @@ def _eliminate_common_subexpressions(gm: fx.GraphModule) -> None:
 def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kind: str,
                        region_cls: type = FusedRegion) -> Callable:
     """Partition an aten graph and swap each region for a FusedRegion (or ``region_cls``)."""
-    if kind == "inference" and region_cls is FusedRegion:
-        _eliminate_common_subexpressions(gm)
-    if options.pad_matmuls and region_cls is FusedRegion:  # DTensor graphs (the global view) keep theirs
-        pad_matmuls(gm, options.pad_matmuls)
-    if region_cls is FusedRegion:
+    if region_cls is FusedRegion:  # DTensor graphs (the global view) keep theirs as they are
+        if kind == "inference":
+            _eliminate_common_subexpressions(gm)
+        if options.pad_matmuls:
+            pad_matmuls(gm, options.pad_matmuls)
         drop_empty_operands(gm)
         gather_early(gm)
         group_input_copies(gm)

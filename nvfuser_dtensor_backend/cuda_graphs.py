@@ -168,12 +168,21 @@ def copying_out(replay: Callable, escaping: int | None) -> Callable:
 MIN_LAUNCHES = 3
 
 
-def kernel_launches(report) -> int | None:
+def _launches(report) -> int | None:
     """Kernel launches per call of a compiled graph, from its report (None: unknown): one per
     nvFuser region, per op left to PyTorch, per piece compiled by inductor."""
     if report is None:
         return None
     return len(report.regions) + sum(report.partition.unsupported.values()) + len(report.inductor_parts)
+
+
+def too_few_launches(report) -> str | None:
+    """Why a compiled graph with this report gains nothing from a replay (fewer than
+    ``MIN_LAUNCHES`` kernel launches per call), or None."""
+    launches = _launches(report)
+    if launches is not None and launches < MIN_LAUNCHES:
+        return f"{launches} kernel launch(es) per call, too few for a replay to gain"
+    return None
 
 
 def _escaping_outputs(kind: str) -> int | None:
@@ -261,10 +270,9 @@ class CudaGraphs:
         escaping = _escaping_outputs(kind)
         if not self.trees:
             def ours(compiled: Callable) -> Callable:
-                launches = kernel_launches(getattr(compiled, "report", None))
-                if not self.asked and launches is not None and launches < MIN_LAUNCHES:
-                    log.info("nvfuser_dtensor: the %s graph runs without CUDA graphs: %d kernel launch(es) per "
-                             "call, too few for a replay to gain", kind, launches)
+                few = None if self.asked else too_few_launches(getattr(compiled, "report", None))
+                if few is not None:
+                    log.info("nvfuser_dtensor: the %s graph runs without CUDA graphs: %s", kind, few)
                     note_uncaptured(f"{kind}: fewer than {MIN_LAUNCHES} kernel launches")
                     return compiled
                 log.info("nvfuser_dtensor: the %s graph replays as a CUDA graph (%d static inputs of %d)",

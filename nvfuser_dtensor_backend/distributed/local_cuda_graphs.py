@@ -42,13 +42,10 @@ from torch.distributed.tensor import DTensor
 from .. import cuda_graphs
 from ..cuda_graph_runner import note_uncaptured
 from ..options import env_flag
+from .dtensor_region import _local
 from .local_execution import BackwardByGradPlacements, LocalGraph
 
 log = logging.getLogger("nvfuser_dtensor_backend")
-
-
-def _local(a):
-    return a._local_tensor if isinstance(a, DTensor) else a
 
 
 def _static_inputs(example_inputs) -> list[int]:
@@ -88,9 +85,7 @@ def capture(runs: list, reports: list, example_inputs, option, n_out: int) -> No
         graph = run.first if isinstance(run, BackwardByGradPlacements) else run
         why = why or cuda_graphs.skip_reason(graph.gm, graph.in_locals, static, cpu_constants=True)
     if why is None and option is not True:
-        launches = cuda_graphs.kernel_launches(reports[0])
-        if launches is not None and launches < cuda_graphs.MIN_LAUNCHES:
-            why = f"{launches} kernel launch(es) per call, too few for a replay to gain"
+        why = cuda_graphs.too_few_launches(reports[0])
     cuda = [_local(a) for a in example_inputs if isinstance(a, torch.Tensor) and _local(a).is_cuda]
     if why is not None:
         if option is True or (option is not False and cuda):  # asked for, or CUDA graphs of CUDA inputs
