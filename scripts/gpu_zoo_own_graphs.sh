@@ -6,7 +6,7 @@
 # errors of those models' fallback regions, scripts/gpu_region_errors.py; DIAG="bart": step times
 # and what is captured; ZOO_MODELS, ZOO_MODES, ZOO_JOBS, ZOO_BACKENDS narrow the zoo; OVERHEAD_TIMEOUT=0
 # skips the call overhead, TOP_KERNELS=0 GPT-2's top kernels; ARM_MODELS, ARM_ENV, ARM_BACKENDS and ARM_JOBS: an A/B
-# arm of training steps beside the zoo, e.g. ARM_MODELS=vit_s16 ARM_ENV=NVFUSER_DTENSOR_MOVE_KERNELS=cat; TIMING_LOCK:
+# arm beside the zoo (ARM_MODES, default train), e.g. ARM_MODELS=vit_s16 ARM_ENV=NVFUSER_DTENSOR_MOVE_KERNELS=cat; TIMING_LOCK:
 # the timing lock's file, to share it with scripts/gpu_region_times.sh run beside this script);
 # FAULT_PROBES (models) with FAULT_OPTIONS (JSON): scripts/gpu_fault_probe.py traced, each in its own
 # process; REUSE_MODELS: scripts/gpu_graph_memory_reuse.py in bf16 (REUSE_TIMEOUT, default ZOO_TIMEOUT: 240 s
@@ -27,7 +27,7 @@ timeout "$zt" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size
   --timing-lock "$lock" --out "$w/h200_models" > "$w/logs/zoo.log" 2>&1 &
 if [ -n "${ARM_MODELS:-}" ]; then  # an A/B arm beside the zoo (ARM_ENV: its switch), on the same timing lock
   env ${ARM_ENV:-} timeout "$zt" python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real --jobs "${ARM_JOBS:-2}" \
-    --models "$ARM_MODELS" --modes train --timeout-s "$((zt - 15))" --warmup 3 --iters 10 \
+    --models "$ARM_MODELS" --modes "${ARM_MODES:-train}" --timeout-s "$((zt - 15))" --warmup 3 --iters 10 \
     --backends "${ARM_BACKENDS:-nvfuser_dtensor}" --timing-lock "$lock" --out "$w/arm" > "$w/logs/zoo_arm.log" 2>&1 &
 fi
 # -v: every test's outcome is on its own line as it ends, so a run killed at its deadline
@@ -80,7 +80,8 @@ wait
   --backends eager,inductor,inductor:reduce-overhead,nvfuser_dtensor,nvfuser_dtensor:no_cuda_graphs > "$w/logs/call_overhead.log" 2>&1
 tar -czf "$out/all.tgz" -C "$w" .
 echo "== GPU tests"; grep -E "^(FAILED|ERROR)|passed|failed" "$w/logs/gpu_tests.log" | tail -12
-echo "per-test lines: $(grep -cE " PASSED" "$w/logs/gpu_tests.log") passed, $(grep -cE " FAILED" "$w/logs/gpu_tests.log") failed, $(grep -cE " ERROR" "$w/logs/gpu_tests.log") errors"
+# counted on pytest's own lines only (with or without xdist): warnings quote nvFuser's "ASSERT FAILED"
+echo "per-test lines: $(grep -cE "(PASSED tests/|^tests/\S+ PASSED)" "$w/logs/gpu_tests.log") passed, $(grep -cE "(FAILED tests/|^tests/\S+ FAILED)" "$w/logs/gpu_tests.log") failed, $(grep -cE "(ERROR tests/|^tests/\S+ ERROR)" "$w/logs/gpu_tests.log") errors"
 grep -E "^tests/.* (FAILED|ERROR)" "$w/logs/gpu_tests.log" | cut -c1-200 | head -20
 echo "== zoo"; grep -E "^- nvfuser" "$w/h200_models/summary.md"; python3 scripts/zoo_table.py "$w/h200_models/results.json"
 grep -E "^\| [a-z]" "$w/h200_models/summary.md" | grep -v "| ok |" | cut -c1-400

@@ -352,6 +352,31 @@ def lent_logits_loop(device, make, **tol) -> None:
         first.sum()
 
 
+def lent_inference_outputs(device, make, **tol) -> None:
+    """Inference calls of a compiled model whose output is lent (no copy): each call's output
+    is right until the next call, a clone stays right, and a kept one raises ("overwritten
+    it") once later calls replayed; the graph records once."""
+    model, _ = _wide_head(device)
+    model.eval()
+    compiled = compile_fn(model, cuda_graphs=True)
+    nb.cuda_graph_stats(clear=True)
+    kept, clones, xs = [], [], []
+    with torch.no_grad():
+        for _ in range(5):
+            x = make(8, 16, device=device)
+            out = compiled(x)  # the last call's ``out`` is alive meanwhile
+            torch.testing.assert_close(out, model(x), **tol)
+            kept.append(out)
+            clones.append(out.clone())
+            xs.append(x)
+        for c, x in zip(clones, xs):
+            torch.testing.assert_close(c, model(x), **tol)
+        torch.testing.assert_close(kept[-1], model(xs[-1]), **tol)  # not replayed since: readable
+    with pytest.raises(RuntimeError, match="overwritten it"):
+        kept[2].sum()  # a replay's (the first two calls are not replays)
+    assert nb.cuda_graph_stats()["recorded"] == 1, nb.cuda_graph_stats()
+
+
 def siamese_lent_logits(device, make, **tol) -> None:
     """Two forwards before each backward, against eager; every step's logits kept: each is
     right when the step reads it, and later either still right or raising, never changed."""

@@ -17,8 +17,8 @@ from nvfuser_dtensor_backend import cuda_graphs
 from nvfuser_dtensor_backend.cuda_graph_runner import LEND_FROM_BYTES, MAX_GRAPHS, GraphRunner
 
 from cpu_capture import ReplayByRerun, captured_on_cpu  # noqa: F401 - a fixture
-from helpers import (accumulating_steps, compile_fn, layer_graph_recordings, layer_loop, lent_logits_loop,
-                     logits_saved_by_a_loss_graph, siamese_lent_logits)
+from helpers import (accumulating_steps, compile_fn, layer_graph_recordings, layer_loop, lent_inference_outputs,
+                     lent_logits_loop, logits_saved_by_a_loss_graph, siamese_lent_logits)
 
 
 class Failing:
@@ -237,14 +237,55 @@ def test_lent_outputs_stay_readable_while_their_forward_is_pending():
     torch.testing.assert_close(logits2, x2 * w)
 
 
-def test_an_inference_graph_copies_even_large_outputs():
+def test_large_inference_outputs_are_lent_small_ones_copied():
+    # logits of an inference graph: in the graph's memory, one recording for a loop that
+    # rebinds its output; a small output (a metric) is a copy, kept right in a list
+    n = LEND_FROM_BYTES // 4
+    f, calls = _counting(lambda w, x: [x * w, x.sum()])
+    runner, failures = _runner(f, kind="inference", escaping=None)
+    w = torch.randn(n)
+    sums, xs, first = [], [], None
+    for step in range(5):
+        x = torch.randn(n)
+        out, total = runner([w, x])
+        torch.testing.assert_close(out, x * w)
+        if step >= 2:  # warm-up, first call with the key, then recorded
+            assert out.data_ptr() == runner.last.outputs[0].data_ptr()
+            assert total.data_ptr() != runner.last.outputs[1].data_ptr()
+            first = out[2:7] if first is None else first
+        sums.append(total)
+        xs.append(x)
+    assert runner.count == 1 and not failures
+    torch.testing.assert_close(torch.stack(sums), torch.stack([x.sum() for x in xs]))
+    with pytest.raises(RuntimeError, match=r"compiled graph replayed.*overwritten it.*\.clone\(\)"):
+        first.sum()  # a view of an earlier replay's output: revoked by the later replays
+    torch.testing.assert_close(out, xs[-1] * w)  # the last one: still readable
+
+
+def test_a_cloned_inference_output_keeps_its_values():
     n = LEND_FROM_BYTES // 4
     runner, _ = _runner(lambda a: [a[1] * a[0]], kind="inference", escaping=None)
     w = torch.randn(n)
-    xs = [torch.randn(n) for _ in range(4)]
-    kept = [runner([w, x])[0] for x in xs]
+    xs = [torch.randn(n) for _ in range(5)]
+    kept = [runner([w, x])[0].clone() for x in xs]
+    assert runner.count == 1
     for k, x in zip(kept, xs):
         torch.testing.assert_close(k, x * w)
+
+
+def test_a_lent_inference_output_passed_back_in_is_read_before_it_is_revoked():
+    # h = f(h): the input is the last replay's lent output, copied into the graph's buffer
+    # before the replay revokes and overwrites it
+    n = LEND_FROM_BYTES // 4
+    runner, failures = _runner(lambda a: [a[1] * a[0] + 1.0], kind="inference", escaping=None)
+    w = torch.rand(n) * 0.5
+    h = torch.randn(n)
+    expected = h.clone()
+    for _ in range(6):
+        h = runner([w, h])[0]
+        expected = expected * w + 1.0
+        torch.testing.assert_close(h, expected)
+    assert not failures
 
 
 def test_a_lent_output_at_risk_is_revoked_when_an_earlier_recording_replays(captured_on_cpu):
@@ -302,6 +343,11 @@ def test_a_training_loop_reads_its_lent_logits_until_the_next_forward(captured_o
     """The loop people write: ``out`` holds the last step's logits while the next forward
     runs; the logits are read after the backward (a metric). Old logits read later raise."""
     lent_logits_loop("cpu", torch.randn, rtol=1e-5, atol=1e-5)
+
+
+def test_a_compiled_model_lends_its_inference_output(captured_on_cpu):
+    """Inference calls in a loop: the output is the graph's memory until the next call."""
+    lent_inference_outputs("cpu", torch.randn, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("reused", [False, True])

@@ -251,6 +251,14 @@ def test_lent_logits_are_right_until_the_next_forward_and_then_raise():
 
 
 @gpu
+def test_lent_inference_outputs_are_right_until_the_next_call_and_then_raise():
+    """An inference graph's large outputs are lent too (Note [CUDA graphs of our own])."""
+    from helpers import lent_inference_outputs
+
+    lent_inference_outputs(DEVICE, randn, rtol=1e-4, atol=1e-4)
+
+
+@gpu
 def test_lent_logits_of_a_siamese_step_are_right_or_raise_never_changed():
     """Two forwards before the backward use two recordings; which recording a later call
     replays depends on what is alive, so an earlier step's logits are either still right

@@ -83,8 +83,9 @@ def test_tp_training_steps_replay_and_match_eager(one_device, captured_on_cpu, b
 
 
 def test_inference_outputs_kept_by_the_user_keep_their_values(one_device, captured_on_cpu):
-    """Every output of an inference graph reaches the user: each replay's is a copy, so an
-    output kept across calls is not overwritten by the next replay."""
+    """Every output of an inference graph reaches the user: each replay's small one (below
+    LEND_FROM_BYTES) is a copy, so an output kept across calls is not overwritten by the next
+    replay (a large one is lent: test_cuda_graph_runner's inference tests)."""
     torch.manual_seed(0)
     model = parallelize_module(MLP(32, 128, approximate="none"), one_device, tp_mlp_plan())
     compiled = torch.compile(model, backend="nvfuser_dtensor", options={"cuda_graphs": True})
