@@ -323,7 +323,7 @@ class GraphRunner:
         self.tangent_ptrs: dict[int, int] = {}  # Note [Tangents read in place]: where they lay last call
         self.tangent_waits = 0
         # Note [Tangents read in place] for every input that is not used in place already, in
-        # any kind of graph (an A/B switch of the global view's graphs, local_cuda_graphs.py)
+        # any kind of graph (the global view's, Note [Inputs of the global view read in place])
         self.inputs_in_place = False
 
     @property

@@ -12,7 +12,8 @@ rules as an AOTAutograd graph:
 - the forward's and the inference's inputs used in place are the dynamo graph's
   parameters and buffers (``get_static_address_type``: dynamo marks them), whose local
   tensors keep their memory across optimizer steps; the backward's are the values its
-  forward saved. Other inputs are copied into the recording's buffers;
+  forward saved. Other inputs are copied into the recording's buffers, except an inference
+  graph's that stay at their address (Note [Inputs of the global view read in place]);
 - the forward's first ``n_out`` outputs reach the user (lent or copied out), the rest are
   saved for the backward and watched; a backward's gradients are watched, so that
   ``AccumulateGrad`` takes them;
@@ -34,6 +35,7 @@ through AOTAutograd's desugaring) stays uncaptured.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Callable
 
 import torch
@@ -41,7 +43,6 @@ from torch.distributed.tensor import DTensor
 
 from .. import cuda_graphs
 from ..cuda_graph_runner import note_uncaptured
-from ..options import env_flag
 from .dtensor_region import _local
 from .local_execution import BackwardByGradPlacements, LocalGraph
 
@@ -106,18 +107,25 @@ def capture(runs: list, reports: list, example_inputs, option, n_out: int) -> No
         log.info("nvfuser_dtensor: the global view's %s graph replays as a CUDA graph", kind)
 
 
-# A/B switch (read at import), for issue 14's two short rows (large TP forwards, 0.92x and
-# 0.98x inductor on an H100, benchmarks/results/h100_session25): the forward's and the
-# inference's inputs that are not parameters are read where they lie when their address
-# repeats (Note [Tangents read in place], the same rule), instead of being copied into the
-# recording's buffers on every replay. Not yet measured on a GPU.
-INPUTS_IN_PLACE = env_flag("NVFUSER_DTENSOR_INPUTS_IN_PLACE")
+# Note [Inputs of the global view read in place]
+# An inference graph's inputs that are not parameters (the activations a TP block is called
+# with) are read where they lie when their address repeats (the rule of Note [Tangents read
+# in place]: keyed by address, at two addresses at most, then copied), instead of being copied
+# into the recording's buffers on every replay. On one H100 (bf16, large TP forwards, each arm
+# in its own process against inductor, benchmarks/results/h100_session26) that took the TP
+# MLP from 0.97x to 1.01x inductor, the SP block from 1.05x to 1.07x and TP attention from
+# 1.32x to 1.43x. A training forward's inputs stay copied (not measured);
+# ``NVFUSER_DTENSOR_INPUTS_IN_PLACE=1`` reads those in place too, ``=0`` neither (read at import).
+_INPUTS_ENV = os.environ.get("NVFUSER_DTENSOR_INPUTS_IN_PLACE")
+INPUTS_IN_PLACE: frozenset[str] = (frozenset({"inference"}) if _INPUTS_ENV is None
+                                   else frozenset({"inference", "forward"}) if _INPUTS_ENV not in ("", "0")
+                                   else frozenset())
 
 
 def _wrapper(graphs: "cuda_graphs.CudaGraphs", kind: str, static: list[int],
              escaping: int | None) -> Callable[[LocalGraph], None]:
     def wrap(graph: LocalGraph) -> None:
         graph.run = graphs.runner(kind, graph.run, static, escaping)
-        graph.run.inputs_in_place = INPUTS_IN_PLACE and kind != "backward"
+        graph.run.inputs_in_place = kind in INPUTS_IN_PLACE  # Note [Inputs of the global view read in place]
 
     return wrap

@@ -98,18 +98,21 @@ def test_inference_outputs_kept_by_the_user_keep_their_values(one_device, captur
         torch.testing.assert_close(k, w, rtol=1e-5, atol=1e-5)
 
 
-def test_inputs_in_place_switch_reads_the_input_where_it_lies(one_device, captured_on_cpu, monkeypatch):
-    """NVFUSER_DTENSOR_INPUTS_IN_PLACE=1 (an A/B switch): an inference graph's input that stays
-    at its address is read there by the replays instead of being copied into a buffer."""
+def _runners_made(monkeypatch) -> list:
+    """The runners CudaGraphs makes from now on, with inputs of 64 bytes or more read in place."""
     from nvfuser_dtensor_backend import cuda_graph_runner
-    from nvfuser_dtensor_backend.distributed import local_cuda_graphs
-
-    monkeypatch.setattr(local_cuda_graphs, "INPUTS_IN_PLACE", True)
-    monkeypatch.setattr(cuda_graph_runner, "TANGENT_IN_PLACE_FROM_BYTES", 64)
     from nvfuser_dtensor_backend.cuda_graphs import CudaGraphs
 
+    monkeypatch.setattr(cuda_graph_runner, "TANGENT_IN_PLACE_FROM_BYTES", 64)
     runners, make = [], CudaGraphs.runner
     monkeypatch.setattr(CudaGraphs, "runner", lambda self, *a: runners.append(make(self, *a)) or runners[-1])
+    return runners
+
+
+def test_an_inference_input_is_read_where_it_lies(one_device, captured_on_cpu, monkeypatch):
+    """Note [Inputs of the global view read in place]: an inference graph's input that stays at
+    its address is read there by the replays instead of being copied into a buffer."""
+    runners = _runners_made(monkeypatch)
     torch.manual_seed(0)
     model = parallelize_module(MLP(32, 128, approximate="none"), one_device, tp_mlp_plan())
     compiled = torch.compile(model, backend="nvfuser_dtensor", options={"cuda_graphs": True})
@@ -121,6 +124,32 @@ def test_inputs_in_place_switch_reads_the_input_where_it_lies(one_device, captur
     assert captured_on_cpu.records == 1
     (runner,) = runners
     assert runner.inputs_in_place and runner.last.copies == [] and runner.last.steady == {0}, runner.last.copies
+
+
+def test_inference_inputs_at_new_addresses_stay_right_in_few_recordings(one_device, captured_on_cpu, monkeypatch):
+    """A new input tensor on every call: read in place at two addresses at most, then copied
+    by one more recording that replays for any address (Note [Tangents read in place])."""
+    runners = _runners_made(monkeypatch)
+    torch.manual_seed(0)
+    model = parallelize_module(MLP(32, 128, approximate="none"), one_device, tp_mlp_plan())
+    compiled = torch.compile(model, backend="nvfuser_dtensor", options={"cuda_graphs": True})
+    with torch.no_grad():
+        for _ in range(8):
+            x = torch.randn(2, 8, 32)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    assert 1 <= captured_on_cpu.records <= 3, captured_on_cpu.records
+    (runner,) = runners
+    assert runner.last.copies, "the last recording copies the input that keeps moving"
+
+
+def test_a_training_forward_copies_its_inputs(one_device, captured_on_cpu, monkeypatch):
+    """The forward's (training) inputs stay copied by default (not measured in place)."""
+    runners = _runners_made(monkeypatch)
+    torch.manual_seed(0)
+    model = parallelize_module(MLP(32, 128, approximate="none"), one_device, tp_mlp_plan())
+    _train(model, 3, lambda step: torch.randn(2, 8, 32), True, {"cuda_graphs": True})
+    forward = runners[0]
+    assert forward.kind == "forward" and not forward.inputs_in_place and forward.last.copies
 
 
 def test_random_ops_between_regions_keep_the_graph_uncaptured(one_device, captured_on_cpu, caplog):
