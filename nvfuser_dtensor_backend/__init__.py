@@ -14,11 +14,15 @@ __version__ = "0.1.0"
 
 def _register_dtensor_strategies_early() -> None:
     """Our DTensor sharding strategies (distributed/dtensor_ops.py) before dynamo traces a
-    frame: ``torch.compile(backend="nvfuser_dtensor")`` imports this package through the entry
-    point, and dynamo has imported ``torch.distributed.tensor`` by then. Registered only on the
-    first global-view compile, they came after dynamo's trace, which broke the graph at the
-    CPU flash-attention op for every backend. A plain import of the package, without DTensor
-    loaded, imports nothing more."""
+    frame. Registered only on the first global-view compile, they came after dynamo's trace,
+    which broke the graph at the CPU flash-attention op for every backend. So they are
+    registered when DTensor is loaded by the time this package is imported, and again
+    (a no-op then) whenever the backend is looked up (``__getattr__`` below): dynamo loads
+    the entry point at the first ``torch.compile(backend="nvfuser_dtensor")``, after it has
+    imported DTensor itself, so the order of a script's imports does not matter. (Imported
+    before DTensor, the package left the SP block in four graphs on the CPU, one of them
+    without CUDA graphs.) A plain import of the package, without DTensor loaded, imports
+    nothing more."""
     import sys
 
     if "torch.distributed.tensor" in sys.modules:
@@ -44,11 +48,21 @@ __all__ = [
 ]
 
 
-def nvfuser_dtensor(gm, example_inputs, options=None, **kwargs):
+def _nvfuser_dtensor(gm, example_inputs, options=None, **kwargs):
     """The dynamo backend (entry point of group ``torch_dynamo_backends``)."""
     from .backend import nvfuser_dtensor as backend
 
     return backend(gm, example_inputs, options=options, **kwargs)
+
+
+_nvfuser_dtensor.__name__ = _nvfuser_dtensor.__qualname__ = "nvfuser_dtensor"
+
+
+def __getattr__(name: str):
+    if name == "nvfuser_dtensor":  # the backend, looked up (see _register_dtensor_strategies_early)
+        _register_dtensor_strategies_early()
+        return _nvfuser_dtensor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def reports():

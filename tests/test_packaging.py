@@ -78,6 +78,28 @@ def test_dtensor_strategies_are_registered_before_dynamo_traces():
     assert proc.stdout.strip().endswith("OK")
 
 
+def test_dtensor_strategies_are_registered_when_the_package_came_first():
+    """A script that imports the package before DTensor (or another test module that did,
+    under pytest-xdist) still has the strategies before dynamo traces: the backend's lookup
+    registers them. Without, the SP block broke into four graphs at the CPU flash attention."""
+    proc = _run(
+        """
+        import sys
+        import nvfuser_dtensor_backend
+        import torch
+        from torch.distributed.tensor import DTensor
+
+        strategies = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs
+        op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+        assert op not in strategies
+        torch.compile(lambda x: x + 1, backend="nvfuser_dtensor")  # dynamo loads the backend here
+        assert op in strategies
+        print("OK")
+        """
+    )
+    assert proc.stdout.strip().endswith("OK")
+
+
 def test_missing_nvfuser_gives_install_hint():
     """Import works without nvFuser; compiling raises an error carrying the pip command."""
     proc = _run(
