@@ -11,7 +11,9 @@ classes was a reduction kernel of its own taking 0.41 ms on the H200 (about as l
 inductor's whole loss backward), since rows of odd width are cut into separate segments
 (Note [Wide odd rows]). So, before partitioning, ``sum(scatter(zeros, d, index, c) * w, [d])``
 with an index of extent 1 along ``d`` that covers the other dims and a ``w`` of extent 1
-along ``d`` (and the sum's shape and dtype otherwise) becomes ``w * c``; where the softmax
+along ``d`` (and the sum's shape and dtype otherwise) becomes ``w * c``, and the same sum of
+the product cast to another dtype (a bf16 model's loss: the decomposed log-softmax backward
+sums in float32) becomes ``w * c`` cast: exact, since a row holds one value; where the softmax
 backward is still one op (rows that are not wide and odd), ``_log_softmax_backward_data(g,
 out, d)`` of such a ``g`` becomes ``g - exp(out) * (w * c)``, its definition with the sum
 folded. The value is the
@@ -76,9 +78,20 @@ def _scaled_one_hot(prod, dim: int):
     return None
 
 
+def _dtype_cast(node):
+    """(its input, the dtype) when ``node`` is ``_to_copy(x, dtype=...)`` changing nothing but
+    the dtype; else None."""
+    if (isinstance(node, fx.Node) and node.op == "call_function" and node.target is aten._to_copy.default
+            and len(node.args) == 1 and set(node.kwargs) == {"dtype"}):
+        return node.args[0], node.kwargs["dtype"]
+    return None
+
+
 def _row_sum(node: fx.Node):
-    """(w, c) when ``node`` is ``sum(scatter(zeros, d, index, c) * w, [d], keepdim=True)``,
-    which equals ``w * c`` (Note [Sums of a one-hot]); else None."""
+    """(w, c, dtype) when ``node`` is ``sum(scatter(zeros, d, index, c) * w, [d], keepdim=True)``,
+    which equals ``w * c`` (Note [Sums of a one-hot]), or the same sum of the product cast to
+    ``dtype`` (a bf16 model's log-softmax backward sums in float32: RoBERTa's and BERT's
+    masked-LM losses), which equals ``w * c`` cast; dtype None without a cast; else None."""
     if node.target is not aten.sum.dim_IntList or node.kwargs.get("dtype") is not None:
         return None
     prod, dims = node.args[0], node.args[1]
@@ -86,7 +99,9 @@ def _row_sum(node: fx.Node):
     vprod = _val(prod)
     if not keepdim or not isinstance(vprod, torch.Tensor) or vprod.dim() == 0 or len(dims) != 1:
         return None
-    return _scaled_one_hot(prod, dims[0] % vprod.dim())
+    prod, dtype = _dtype_cast(prod) or (prod, None)
+    found = _scaled_one_hot(prod, dims[0] % vprod.dim())
+    return None if found is None else (*found, dtype)
 
 
 def _softmax_backward(node: fx.Node):
@@ -118,7 +133,10 @@ def fold_one_hot_sums(gm: fx.GraphModule) -> int:
             continue
         with graph.inserting_before(node):
             if row_sum is not None:
-                value = call_with_val(graph, fake_mode, aten.mul.Tensor, list(row_sum))
+                w, c, dtype = row_sum
+                value = call_with_val(graph, fake_mode, aten.mul.Tensor, [w, c])
+                if dtype is not None:  # one value and zeros: the cast of the product's element
+                    value = call_with_val(graph, fake_mode, aten._to_copy.default, [value], {"dtype": dtype})
             else:  # log_softmax's backward, g - exp(out) * sum(g, d), with the sum folded
                 g, out, w, c = softmax
                 wc = call_with_val(graph, fake_mode, aten.mul.Tensor, [w, c])

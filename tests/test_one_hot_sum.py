@@ -34,6 +34,24 @@ def test_the_row_sum_becomes_the_weight_times_the_value(dtype):
     torch.testing.assert_close(gm(x, labels, w), _one_hot_row_sum(x, labels, w), rtol=0, atol=0)
 
 
+def _upcast_row_sum(x, labels, w):
+    # a bf16 model's cross-entropy backward: the decomposed log_softmax backward sums the
+    # scaled one-hot in float32
+    g = torch.zeros_like(x).scatter(1, labels.view(-1, 1), -1.0) * w
+    g32 = g.float()
+    return g32 - x.float().exp() * g32.sum(1, keepdim=True)
+
+
+def test_a_row_sum_of_an_upcast_one_hot_is_folded_too():
+    x = torch.randn(6, 37, dtype=torch.bfloat16)
+    labels = torch.randint(0, 37, (6,))
+    w = torch.randn(6, 1, dtype=torch.bfloat16)
+    gm = make_fx(_upcast_row_sum, tracing_mode="fake")(x, labels, w)
+    assert fold_one_hot_sums(gm) == 1
+    assert not _sums(gm)
+    torch.testing.assert_close(gm(x, labels, w), _upcast_row_sum(x, labels, w), rtol=0, atol=0)
+
+
 def _log_softmax_backward(x, labels, w):
     g = torch.zeros_like(x).scatter(1, labels.view(-1, 1), -1.0) * w
     return aten._log_softmax_backward_data(g, x.log_softmax(1), 1, x.dtype)
