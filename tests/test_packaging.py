@@ -48,11 +48,7 @@ def test_backend_registered_by_entry_point():
     assert proc.stdout.strip().endswith("OK")
 
 
-def test_dtensor_strategies_are_registered_before_dynamo_traces():
-    """``torch.compile(backend="nvfuser_dtensor")`` registers our DTensor sharding strategies
-    (the CPU flash attention's) when dynamo loads the backend, before it traces a frame; they
-    came after dynamo's trace before, which broke the graph at that op. (Dynamo imports
-    DTensor itself; importing the package alone does not.)"""
+def test_importing_the_package_does_not_import_dtensor():
     _run(
         """
         import sys
@@ -62,37 +58,25 @@ def test_dtensor_strategies_are_registered_before_dynamo_traces():
         assert "torch.distributed.tensor" not in sys.modules, "the package imported DTensor"
         """
     )
+
+
+@pytest.mark.parametrize("first", ["", "import nvfuser_dtensor_backend"], ids=["dynamo_loads_it", "package_first"])
+def test_dtensor_strategies_are_registered_before_dynamo_traces(first):
+    """``torch.compile(backend="nvfuser_dtensor")`` registers our DTensor sharding strategies
+    (the CPU flash attention's) when dynamo looks the backend up, before it traces a frame;
+    they came after dynamo's trace before, which broke the graph at that op. Also when the
+    package was imported before DTensor (a script's import order, another test module under
+    pytest-xdist): the SP block then broke into four graphs."""
     proc = _run(
-        """
+        f"""
+        {first}
         import torch
         from torch.distributed.tensor import DTensor
 
         strategies = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs
         op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
         assert op not in strategies
-        torch.compile(lambda x: x + 1, backend="nvfuser_dtensor")  # dynamo loads the backend here
-        assert op in strategies
-        print("OK")
-        """
-    )
-    assert proc.stdout.strip().endswith("OK")
-
-
-def test_dtensor_strategies_are_registered_when_the_package_came_first():
-    """A script that imports the package before DTensor (or another test module that did,
-    under pytest-xdist) still has the strategies before dynamo traces: the backend's lookup
-    registers them. Without, the SP block broke into four graphs at the CPU flash attention."""
-    proc = _run(
-        """
-        import sys
-        import nvfuser_dtensor_backend
-        import torch
-        from torch.distributed.tensor import DTensor
-
-        strategies = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs
-        op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
-        assert op not in strategies
-        torch.compile(lambda x: x + 1, backend="nvfuser_dtensor")  # dynamo loads the backend here
+        torch.compile(lambda x: x + 1, backend="nvfuser_dtensor")  # dynamo looks the backend up here
         assert op in strategies
         print("OK")
         """
