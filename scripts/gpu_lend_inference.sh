@@ -23,11 +23,13 @@ timeout -s INT -k 15 "${TESTS_TIMEOUT:-150}" python3 -m pytest -v -p no:cachepro
 OUT="$out/zoo" GPU_TESTS=none ZOO_MODES=infer ZOO_JOBS="${ZOO_JOBS:-7}" ZOO_TIMEOUT="${ZOO_TIMEOUT:-260}" \
   ZOO_BACKENDS=inductor,inductor:reduce-overhead,nvfuser_dtensor OVERHEAD_TIMEOUT=0 TOP_KERNELS=0 \
   ARM_MODELS="${LEND_MODELS:-gpt2,qwen2,bert,roberta}" ARM_MODES=infer ARM_JOBS=4 \
-  ARM_ENV=NVFUSER_DTENSOR_LEND_FROM_BYTES=1099511627776 bash scripts/gpu_zoo_own_graphs.sh 2>&1 | sed -n '/== zoo/,/^| model | mode | first call/p' | head -60
+  ARM_ENV=NVFUSER_DTENSOR_LEND_FROM_BYTES=1099511627776 bash scripts/gpu_zoo_own_graphs.sh > "$out/logs/zoo.txt" 2>&1
+# the zoo script removes its work folder at the end: its printed tables (the copy arm's under
+# "== arm") are what is left, besides $out/zoo/all.tgz
+sed -n '/== zoo/,/^| model | mode | first call/p' "$out/logs/zoo.txt" | head -60
+echo "== copy arm (outputs copied as before the change)"; sed -n '/== arm/,/^==/p' "$out/logs/zoo.txt" | head -30
 wait
 echo "== CUDA-graph GPU tests"; grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$out/logs/graph_tests.log" | tail -8
-echo "== copy arm (outputs copied as before the change)"
-python3 scripts/zoo_table.py "$out/zoo/work/arm/results.json" 2>&1 | head -30
 
 for arm in copied in_place; do
   env_arm=""; [ "$arm" = in_place ] && env_arm="NVFUSER_DTENSOR_INPUTS_IN_PLACE=1"
