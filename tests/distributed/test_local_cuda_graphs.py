@@ -82,13 +82,18 @@ def test_tp_training_steps_replay_and_match_eager(one_device, captured_on_cpu, b
             torch.testing.assert_close(g[name], w[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
+def _captured_tp_mlp(mesh):
+    """A TP MLP on ``mesh`` (seeded) and the same compiled with CUDA graphs asked for."""
+    torch.manual_seed(0)
+    model = parallelize_module(MLP(32, 128, approximate="none"), mesh, tp_mlp_plan())
+    return model, torch.compile(model, backend="nvfuser_dtensor", options={"cuda_graphs": True})
+
+
 def test_inference_outputs_kept_by_the_user_keep_their_values(one_device, captured_on_cpu):
     """Every output of an inference graph reaches the user: each replay's small one (below
     LEND_FROM_BYTES) is a copy, so an output kept across calls is not overwritten by the next
     replay (a large one is lent: test_cuda_graph_runner's inference tests)."""
-    torch.manual_seed(0)
-    model = parallelize_module(MLP(32, 128, approximate="none"), one_device, tp_mlp_plan())
-    compiled = torch.compile(model, backend="nvfuser_dtensor", options={"cuda_graphs": True})
+    model, compiled = _captured_tp_mlp(one_device)
     xs = [torch.randn(2, 8, 32) for _ in range(4)]
     with torch.no_grad():
         kept = [compiled(x) for x in xs]
@@ -113,9 +118,7 @@ def test_an_inference_input_is_read_where_it_lies(one_device, captured_on_cpu, m
     """Note [Inputs of the global view read in place]: an inference graph's input that stays at
     its address is read there by the replays instead of being copied into a buffer."""
     runners = _runners_made(monkeypatch)
-    torch.manual_seed(0)
-    model = parallelize_module(MLP(32, 128, approximate="none"), one_device, tp_mlp_plan())
-    compiled = torch.compile(model, backend="nvfuser_dtensor", options={"cuda_graphs": True})
+    model, compiled = _captured_tp_mlp(one_device)
     x = torch.empty(2, 8, 32)
     with torch.no_grad():
         for _ in range(4):
@@ -130,9 +133,7 @@ def test_inference_inputs_at_new_addresses_stay_right_in_few_recordings(one_devi
     """A new input tensor on every call: read in place at two addresses at most, then copied
     by one more recording that replays for any address (Note [Tangents read in place])."""
     runners = _runners_made(monkeypatch)
-    torch.manual_seed(0)
-    model = parallelize_module(MLP(32, 128, approximate="none"), one_device, tp_mlp_plan())
-    compiled = torch.compile(model, backend="nvfuser_dtensor", options={"cuda_graphs": True})
+    model, compiled = _captured_tp_mlp(one_device)
     with torch.no_grad():
         for _ in range(8):
             x = torch.randn(2, 8, 32)
@@ -145,8 +146,7 @@ def test_inference_inputs_at_new_addresses_stay_right_in_few_recordings(one_devi
 def test_a_training_forward_copies_its_inputs(one_device, captured_on_cpu, monkeypatch):
     """The forward's (training) inputs stay copied by default (not measured in place)."""
     runners = _runners_made(monkeypatch)
-    torch.manual_seed(0)
-    model = parallelize_module(MLP(32, 128, approximate="none"), one_device, tp_mlp_plan())
+    model, _ = _captured_tp_mlp(one_device)
     _train(model, 3, lambda step: torch.randn(2, 8, 32), True, {"cuda_graphs": True})
     forward = runners[0]
     assert forward.kind == "forward" and not forward.inputs_in_place and forward.last.copies
