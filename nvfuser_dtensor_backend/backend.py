@@ -36,7 +36,7 @@ from .early_gather import gather_early
 from .grouped_copies import group_input_copies
 from .zero_size import drop_empty_operands
 from .one_hot_sum import fold_one_hot_sums
-from .padded_rows import reduce_padded_rows, rows_widened
+from .padded_rows import pad_on_padded_rows, reduce_padded_rows, rows_widened
 from .pad_matmul import pad_matmuls
 from .partition import PartitionReport, partition
 from .region import FUSION_CACHE, FusedRegion, _first_line
@@ -185,6 +185,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
         fold_one_hot_sums(gm)
         write_stacks_once(gm)
         reduce_padded_rows(gm)
+        pad_on_padded_rows(gm)
     fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul,
                                      replay_input_free=region_cls is FusedRegion,
                                      one_gemm_per_region=region_cls is FusedRegion)
@@ -223,6 +224,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
         compiled = make_boxed_func(fused.forward)
         compiled.__wrapped__ = fused  # the graph module: the global view reads its graph and report
     compiled.report = graph_report  # CudaGraphs counts its kernel launches
+    compiled.padded_inputs = gm.meta.get("padded_inputs", {})  # Note [Pads computed on padded rows]
     return compiled
 
 

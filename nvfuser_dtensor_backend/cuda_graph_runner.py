@@ -249,11 +249,15 @@ def expanded_dims(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(d for d in range(t.dim()) if t.stride(d) == 0 and t.shape[d] > 1)
 
 
-def _buffer_like(a: torch.Tensor) -> torch.Tensor:
+def _buffer_like(a: torch.Tensor, row_stride: int | None = None) -> torch.Tensor:
     """An input buffer with ``a``'s sizes and strides. Rows that lie further apart than their
     length (logits in a padded LM head's product) keep the last row's padding too, so that
     ``rows_widened`` can read the buffer as padded rows without a copy (Note [Reductions over
-    padded rows])."""
+    padded rows]). So does a dense input the graph reads as rows of ``row_stride`` elements
+    (Note [Pads computed on padded rows]): its buffer's rows lie that far apart, and the copy
+    into it is the only one."""
+    if row_stride is not None and a.dim() >= 2 and a.numel() and a.size(-1) < row_stride and not expanded_dims(a):
+        return torch.empty((*a.shape[:-1], row_stride), dtype=a.dtype, device=a.device)[..., :a.size(-1)]
     if a.dim() < 2 or a.stride(-1) != 1 or a.stride(-2) <= a.size(-1) or a.numel() == 0:
         return torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
     return torch.empty(padded_extent(a), dtype=a.dtype, device=a.device).as_strided(a.size(), a.stride())
@@ -325,6 +329,8 @@ class GraphRunner:
         # Note [Tangents read in place] for every input that is not used in place already, in
         # any kind of graph (the global view's, Note [Inputs of the global view read in place])
         self.inputs_in_place = False
+        # inputs the graph reads as padded rows, index -> row stride (Note [Pads computed on padded rows])
+        self.padded_inputs: dict[int, int] = getattr(compiled, "padded_inputs", {})
 
     @property
     def count(self) -> int:
@@ -471,7 +477,7 @@ class GraphRunner:
             if i not in static and isinstance(a, torch.Tensor) and (a.data_ptr() in MADE or i in steady):
                 extra.append((i, a.data_ptr()))  # another recording's output, or a tangent: read in place
             elif i not in static and isinstance(a, torch.Tensor):
-                buffer = _buffer_like(a)
+                buffer = _buffer_like(a, self.padded_inputs.get(i))
                 expanded = expanded_dims(a)
                 _copy_into(buffer, a, expanded)
                 copies.append((i, buffer, expanded))

@@ -26,6 +26,7 @@ before.
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 from torch import fx
@@ -41,7 +42,8 @@ aten = torch.ops.aten
 MIN_WIDTH = 1024  # narrower rows fit nvFuser's persistent kernels as they are
 _REDUCTIONS = {aten.amax.default: float("-inf"), aten.sum.dim_IntList: 0.0}
 _ROW_WISE = frozenset({aten.sub.Tensor, aten.add.Tensor, aten.mul.Tensor, aten.div.Tensor, aten.exp.default,
-                       aten.neg.default, aten._to_copy.default, aten.clone.default, *RESHAPES})
+                       aten.neg.default, aten._to_copy.default, aten.clone.default, aten.alias.default,
+                       aten.where.self, aten.full_like.default, aten.scatter.value, *RESHAPES})
 
 
 def rows_widened(x: torch.Tensor, stride: int) -> torch.Tensor:
@@ -101,57 +103,101 @@ def _sources(graph: fx.Graph):
                 yield node, src, sv.shape[-1]
 
 
-class _Lifter:
-    """Rebuilds the row-wise ops between a narrow value and a reduction on the padded rows."""
+def _row_wise(node: fx.Node) -> bool:
+    """Each output row's column ``j`` depends on column ``j`` of its operands' rows only (or on
+    no column: row statistics, numbers). A scatter is, when it writes one given column per row
+    (cross-entropy's one-hot, Note [One-hot scatter])."""
+    if node.op != "call_function" or node.target not in _ROW_WISE:
+        return False
+    if node.target is aten._to_copy.default:
+        return set(node.kwargs) <= {"dtype"}
+    if node.target is aten.clone.default:
+        return node.kwargs.get("memory_format") in (None, torch.contiguous_format)
+    if node.target is aten.scatter.value:
+        index = _val(node.args[2])
+        return (isinstance(index, torch.Tensor) and index.dim() > 0 and index.shape[-1] == 1
+                and node.args[1] in (-1, index.dim() - 1))
+    return True
 
-    def __init__(self, graph, fake_mode, narrow: fx.Node, width: int, stride: int):
+
+class _Lifter:
+    """Rebuilds the row-wise ops between values in padded rows and a node on the padded rows.
+
+    ``leaf(node)`` is the padded-rows version of a node the lift starts from (made on first
+    use), or None where there is none; the ops between the leaves and the node lifted are
+    rebuilt on rows of ``stride`` columns, each next to the op it copies."""
+
+    def __init__(self, graph, fake_mode, width: int, stride: int, leaf):
         self.graph, self.fake_mode = graph, fake_mode
-        self.narrow, self.width, self.stride = narrow, width, stride
+        self.width, self.stride, self.leaf = width, stride, leaf
         self.wide: dict[fx.Node, fx.Node | None] = {}
 
     def call(self, target, args, kwargs=None):
         return call_with_val(self.graph, self.fake_mode, target, args, kwargs)
 
-    def lift(self, node, padded: fx.Node) -> fx.Node | None:
-        """``node`` computed on the padded rows (``padded`` stands for ``self.narrow``), or None."""
-        if node is self.narrow:
-            return padded
+    def lift(self, node) -> fx.Node | None:
+        """``node`` computed on the padded rows, or None."""
         if node in self.wide:
             return self.wide[node]
         self.wide[node] = None  # a cycle guard; the graph has none
         v = _val(node)
-        if (not isinstance(node, fx.Node) or node.op != "call_function" or node.target not in _ROW_WISE
-                or not isinstance(v, torch.Tensor) or v.dim() == 0 or v.shape[-1] != self.width):
+        if not isinstance(node, fx.Node) or not isinstance(v, torch.Tensor) or v.dim() == 0 or v.shape[-1] != self.width:
             return None
-        if node.target is aten._to_copy.default and not set(node.kwargs) <= {"dtype"}:
-            return None
-        if node.target is aten.clone.default and node.kwargs.get("memory_format") not in (None, torch.contiguous_format):
-            return None
+        out = self.leaf(node)
+        if out is None and _row_wise(node):
+            out = self._rebuilt(node)
+        self.wide[node] = out
+        return out
+
+    def _rebuilt(self, node: fx.Node) -> fx.Node | None:
         if node.target in RESHAPES:
-            inner = self.lift(node.args[0], padded)
+            inner = self.lift(node.args[0])
             shape = list(node.args[1])
             if inner is None or not shape or shape[-1] not in (self.width, -1) or _val(node.args[0]).shape[-1] != self.width:
                 return None
             shape[-1] = self.stride
             with self.graph.inserting_after(node):
-                out = self.call(node.target, [inner, shape])
-        else:
-            args, lifted = list(node.args), 0
-            for i, a in enumerate(args):
-                av = _val(a)
-                if isinstance(a, fx.Node) and isinstance(av, torch.Tensor) and av.dim() > 0 and av.shape[-1] != 1:
-                    inner = self.lift(a, padded)
-                    if inner is None:
-                        return None
-                    args[i], lifted = inner, lifted + 1
-                elif isinstance(a, fx.Node) and not isinstance(av, torch.Tensor):
+                return self.call(node.target, [inner, shape])
+        args, lifted = list(node.args), 0
+        for i, a in enumerate(args):
+            av = _val(a)
+            if isinstance(a, fx.Node) and isinstance(av, torch.Tensor) and av.dim() > 0 and av.shape[-1] != 1:
+                inner = self.lift(a)
+                if inner is None:
                     return None
-            if lifted == 0:
+                args[i], lifted = inner, lifted + 1
+            elif isinstance(a, fx.Node) and not isinstance(av, torch.Tensor):
                 return None
-            with self.graph.inserting_after(node):
-                out = self.call(node.target, args, dict(node.kwargs))
-        self.wide[node] = out
-        return out
+        if lifted == 0:
+            return None
+        with self.graph.inserting_after(node):
+            return self.call(node.target, args, dict(node.kwargs))
+
+    def kept_columns(self, device) -> fx.Node:
+        """``arange(stride) < width``: the columns of the padded rows that hold values."""
+        columns = self.call(aten.arange.default, [self.stride], {"dtype": torch.int64, "device": device})
+        return self.call(aten.lt.Scalar, [columns, self.width])
+
+    def masked(self, keep: fx.Node, wide: fx.Node, fill) -> fx.Node:
+        """``where(keep, wide, fill)``: the padding's contents replaced by ``fill``."""
+        v = _val(wide)
+        return self.call(aten.where.self, [keep, wide, self.call(
+            aten.scalar_tensor.default, [fill], {"dtype": v.dtype, "device": v.device})])
+
+
+def _widened_input(graph: fx.Graph, fake_mode, node: fx.Node, stride: int) -> fx.Node:
+    """``rows_widened(node, stride)`` after the graph's inputs: dense rows of ``stride``
+    columns, whether a view or a padded copy. The graph module's ``meta["padded_inputs"]``
+    keeps the input's index and stride (a CUDA graph's buffer for it is made in padded rows)."""
+    inputs = [n for n in graph.nodes if n.op == "placeholder"]
+    graph.owning_module.meta.setdefault("padded_inputs", {})[inputs.index(node)] = stride
+    last_input = inputs[-1]
+    v = _val(node)
+    with graph.inserting_after(last_input):
+        made = graph.call_function(rows_widened, (node, stride))
+    with fake_mode:
+        made.meta["val"] = torch.empty((*v.shape[:-1], stride), dtype=v.dtype, device=v.device)
+    return made
 
 
 def _row_reduction(node: fx.Node) -> float | None:
@@ -177,35 +223,110 @@ def reduce_padded_rows(gm: fx.GraphModule) -> int:
         return 0
     for narrow, padded, stride in sources:
         width = _val(narrow).shape[-1]
-        lifter = _Lifter(graph, fake_mode, narrow, width, stride)
-        made_input = keep = None
+
+        def leaf(node, narrow=narrow, padded=padded, stride=stride):
+            if node is not narrow:
+                return None
+            # a graph input is read as padded rows (made on first use)
+            return padded if padded is not None else _widened_input(graph, fake_mode, narrow, stride)
+
+        lifter = _Lifter(graph, fake_mode, width, stride, leaf)
+        keep = None
         for node in list(graph.nodes):
             fill = _row_reduction(node)
             if fill is None:
                 continue
-            if padded is None and made_input is None:  # a graph input: read it as padded rows
-                last_input = [n for n in graph.nodes if n.op == "placeholder"][-1]
-                with graph.inserting_after(last_input):
-                    made_input = graph.call_function(rows_widened, (narrow, stride))
-                    with fake_mode:
-                        made_input.meta["val"] = torch.empty_strided(
-                            (*_val(narrow).shape[:-1], stride), _val(narrow).stride(),
-                            dtype=_val(narrow).dtype, device=_val(narrow).device)
-            wide = lifter.lift(node.args[0], padded if padded is not None else made_input)
+            wide = lifter.lift(node.args[0])
             if wide is None:
                 continue
             with graph.inserting_before(node):
-                if keep is None:  # the columns of the padded rows that hold values, made once
-                    columns = lifter.call(aten.arange.default, [stride],
-                                          {"dtype": torch.int64, "device": _val(narrow).device})
-                    keep = lifter.call(aten.lt.Scalar, [columns, width])
-                masked = lifter.call(aten.where.self, [keep, wide, lifter.call(
-                    aten.scalar_tensor.default, [fill], {"dtype": _val(wide).dtype, "device": _val(wide).device})])
-                out = lifter.call(node.target, [masked, *node.args[1:]], dict(node.kwargs))
+                if keep is None:  # made once
+                    keep = lifter.kept_columns(_val(narrow).device)
+                out = lifter.call(node.target, [lifter.masked(keep, wide, fill), *node.args[1:]], dict(node.kwargs))
             node.replace_all_uses_with(out)
             graph.erase_node(node)
             done += 1
     rewritten(gm)
     if done:
         log.info("nvfuser_dtensor: %d row reduction(s) read padded rows (Note [Reductions over padded rows])", done)
+    return done
+
+
+# Note [Pads computed on padded rows]
+# A padded LM head's gradient (Note [Padded matmuls]) is the loss backward's value padded to
+# a multiple of 8 columns for the input- and weight-gradient GEMMs: ``pad(g, [0, p])``, with
+# ``g`` computed row by row from the logits (rows of 50265 elements in RoBERTa and BART). nvFuser
+# 0.2.36 cut that region in two: a pointwise kernel wrote ``g`` and a resize kernel read it
+# again to pad it (its resize scheduler refuses a pad of a dim that row statistics broadcast
+# along), 0.97 ms of RoBERTa's training step on the H100 for 824 MB moved in rows of an odd
+# width, where inductor's whole loss backward took 0.55 ms (benchmarks/results/h100_session26).
+# So the pad of a value computed row-wise is computed on the padded rows instead: the same
+# ops (_row_wise) on rows of the padded width, then ``where(column < width, value, fill)``.
+# Its leaves are read as padded rows:
+# - a graph input by ``rows_widened``: the logits the forward saved are a view of the padded
+#   product (Note [Padded matmuls]), so they are read where they lie; a dense input (the
+#   tangent of the logits) is padded by a copy first;
+# - the padded product's slice in the same graph, by the padded product.
+# Every pad of such a value then becomes one pointwise op over aligned rows.
+# Padding the tangent inside the region instead made nvFuser's resize scheduler take the whole
+# region: one kernel of 1.09 ms, slower than the two it replaced (H100, session 27).
+# ``NVFUSER_DTENSOR_PADS_ON_PADDED_ROWS=0`` turns the rewrite off (an A/B switch, read at import).
+ENABLED = os.environ.get("NVFUSER_DTENSOR_PADS_ON_PADDED_ROWS", "1") != "0"
+
+
+def _row_pad(node: fx.Node) -> int | None:
+    """The padded width when ``node`` pads only the last dim on the right, by fewer than
+    ``ALIGN`` columns to a multiple of it, of a wide odd width (Note [Pads computed on padded
+    rows]), with a number; else None."""
+    if node.op != "call_function" or node.target is not aten.constant_pad_nd.default:
+        return None
+    x, pad = _val(node.args[0]), list(node.args[1])
+    value = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
+    if (not isinstance(x, torch.Tensor) or x.dim() < 2 or not isinstance(x.shape[-1], int) or len(pad) < 2
+            or any(p != 0 for p in pad[2:]) or pad[0] != 0 or not isinstance(value, (int, float))):
+        return None
+    width, stride = x.shape[-1], x.shape[-1] + pad[1]
+    if width < MIN_WIDTH or width % ALIGN == 0 or not 0 < pad[1] < ALIGN or stride % ALIGN:
+        return None
+    return stride
+
+
+def pad_on_padded_rows(gm: fx.GraphModule) -> int:
+    """Computes pads of row-wise values on padded rows, masked (Note [Pads computed on padded
+    rows]); returns how many."""
+    if not ENABLED:
+        return 0
+    graph, done = gm.graph, 0
+    pads = [n for n in graph.nodes if _row_pad(n) is not None]
+    fake_mode = detect_fake_mode([_val(n) for n in pads]) if pads else None
+    if fake_mode is None:
+        return 0
+    products = {narrow: (padded, stride) for narrow, padded, stride in _sources(graph) if padded is not None}
+    inputs: dict[tuple, fx.Node] = {}  # (input, stride) -> its padded rows, made once
+
+    def leaf(node, stride):
+        if node in products and products[node][1] == stride:
+            return products[node][0]
+        if node.op != "placeholder":
+            return None
+        if (node, stride) not in inputs:
+            inputs[node, stride] = _widened_input(graph, fake_mode, node, stride)
+        return inputs[node, stride]
+
+    for pad in pads:
+        stride = _row_pad(pad)
+        x = pad.args[0]
+        lifter = _Lifter(graph, fake_mode, _val(x).shape[-1], stride, lambda n, s=stride: leaf(n, s))
+        wide = lifter.lift(x)
+        if wide is None:
+            continue
+        value = pad.args[2] if len(pad.args) > 2 else pad.kwargs.get("value", 0)
+        with graph.inserting_before(pad):
+            out = lifter.masked(lifter.kept_columns(_val(x).device), wide, value)
+        pad.replace_all_uses_with(out)
+        graph.erase_node(pad)
+        done += 1
+    rewritten(gm)
+    if done:
+        log.info("nvfuser_dtensor: %d pad(s) computed on padded rows (Note [Pads computed on padded rows])", done)
     return done

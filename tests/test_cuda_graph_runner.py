@@ -705,6 +705,30 @@ def test_an_input_in_padded_rows_keeps_its_padding_in_the_buffer():
     assert all(seen), seen  # a view every time: the warm-up's input and the graph's buffer
 
 
+def test_a_dense_input_read_as_padded_rows_gets_a_buffer_in_padded_rows():
+    # Note [Pads computed on padded rows]: the graph reads the logits' dense tangent as rows
+    # of 16 elements; the recording's buffer for it lies in such rows, so the copy into the
+    # buffer is the only one, and the graph's rows_widened is a view of it
+    from nvfuser_dtensor_backend.padded_rows import rows_widened
+
+    seen = []
+
+    def grad(a):
+        wide = rows_widened(a[1], 16)
+        seen.append(wide.data_ptr() == a[1].data_ptr())
+        return [torch.where(torch.arange(16) < 13, wide * a[0], 0.0)]
+
+    grad.padded_inputs = {1: 16}
+    runner, failures = _runner(grad, static=(0,), escaping=None)
+    w = torch.randn(16)
+    for _ in range(4):
+        tangent = torch.randn(5, 13)
+        expected = torch.nn.functional.pad(tangent * w[:13], (0, 3))
+        torch.testing.assert_close(runner([w, tangent])[0], expected)
+    assert runner.count == 1 and not failures
+    assert not seen[0] and all(seen[1:]), seen  # the warm-up pads a copy; the buffer is read as it lies
+
+
 @pytest.fixture
 def tangents_in_place(monkeypatch):
     """Note [Tangents read in place] on, for tangents of 64 bytes or more."""

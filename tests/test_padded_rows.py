@@ -147,3 +147,72 @@ def test_rows_widened_over_several_leading_dims():
     gappy = big[:, ::2, :13]  # every other row: not rows 16 apart everywhere, so a padded copy
     wide = rows_widened(gappy, 16)
     assert wide.data_ptr() != big.data_ptr() and torch.equal(wide[..., :13], gappy)
+
+
+def _pads(caplog) -> int:
+    """Pads computed on padded rows, from the pass's log lines (Note [Pads computed on padded rows])."""
+    found = (re.match(r"nvfuser_dtensor: (\d+) pad\(s\) computed", r.getMessage()) for r in caplog.records)
+    return sum(int(m.group(1)) for m in found if m)
+
+
+@pytest.mark.parametrize("value", [0.0, 1.5])
+@pytest.mark.parametrize("in_padded_rows", [True, False])
+def test_a_pad_of_a_row_wise_value_is_computed_on_padded_rows(value, in_padded_rows, caplog):
+    rows, width, stride = 6, 1027, 1032
+    big = randn(rows, stride)
+    big[:, width:] = float("nan")  # the padding is never read unmasked
+    x = big[:, :width] if in_padded_rows else randn(rows, width)  # a dense input is padded by a copy
+
+    def f(x):
+        return F.pad((x * 0.5).exp() - 1, (0, stride - width), value=value)
+
+    compiled = compile_fn(f)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        got = compiled(x)
+    assert _pads(caplog) == 1
+    assert_close(got, f(x))
+    assert torch.equal(got[:, width:], torch.full_like(got[:, width:], value))
+
+
+def test_a_pad_of_a_value_that_mixes_columns_stays(caplog):
+    rows, width, stride = 4, 1027, 1032
+    x = randn(rows, stride)[:, :width]
+
+    def f(x):
+        return F.pad(torch.cumsum(x, -1) * 2, (0, stride - width))
+
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        check_parity(f, x, fused=False)
+    assert _pads(caplog) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_lm_head_gradient_is_computed_on_padded_rows(dtype, caplog):
+    # RoBERTa's and BART's loss takes the 16-bit logits, which the model returns too: the
+    # logits' gradient (their tangent plus the loss's) is padded for the LM head's GEMMs
+    # (Note [Padded matmuls]) and is computed on the padded rows of the saved logits and of
+    # the tangent instead. The tangent is random here, not autograd's zeros. Judged against
+    # float64, as the zoo does.
+    vocab, d = 8201, 32
+    x = randn(2, 8, d, dtype=dtype, requires_grad=True)
+    w = randn(vocab, d, dtype=dtype, requires_grad=True)
+    labels = torch.randint(0, vocab, (16,), device=x.device)
+    labels[5] = -100
+    tangent = randn(2, 8, vocab, dtype=torch.float64) * 1e-3
+
+    def loss(x, w):
+        logits = F.linear(x, w)
+        return F.cross_entropy(logits.view(-1, vocab), labels), logits
+
+    nb.clear_cache()
+    runs = {}
+    for name, fn, cast in (("ours", compile_fn(loss, pad_matmuls=True), dtype),
+                           ("eager", loss, dtype), ("exact", loss, torch.float64)):
+        inputs = [t.detach().to(cast).requires_grad_() for t in (x, w)]
+        with caplog.at_level(logging.INFO, logger=LOGGER):
+            value, logits = fn(*inputs)
+            (value + (logits * tangent.to(cast)).sum()).backward()
+        runs[name] = [value.detach(), *(t.grad for t in inputs)]
+    assert _pads(caplog) == 1  # the logits' gradient; the weight's pad is along its rows
+    for ours, eager, exact in zip(runs["ours"], runs["eager"], runs["exact"]):
+        assert_no_worse_than_eager(ours, eager, exact, slack=1e-3 * exact.abs().max().item())
