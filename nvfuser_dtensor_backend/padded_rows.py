@@ -1,4 +1,4 @@
-"""Row reductions over logits that lie in padded rows read the whole padded row, masked.
+"""Row reductions and pads of logits that lie in padded rows are computed on the whole padded rows, masked.
 
 Note [Reductions over padded rows]
 The LM head's product is padded to a width of a multiple of 8 (Note [Padded matmuls]), and
@@ -19,8 +19,8 @@ unmasked, so they may be anything. The padded rows come from:
   graph to the loss's graph, GPT-2's graph break): ``rows_widened`` reads it as rows of
   ``stride`` elements when its storage holds them, and pads a copy otherwise (a tensor that
   is only a view of narrower memory, a CUDA graph's input buffer made without the tail).
-Only the reductions change: the gather of the labels and the backward read the logits as
-before.
+The gather of the labels reads the logits as before; the pad of the loss backward's
+gradient is computed on the padded rows too (Note [Pads computed on padded rows], below).
 """
 
 from __future__ import annotations
@@ -261,16 +261,20 @@ def reduce_padded_rows(gm: fx.GraphModule) -> int:
 # along), 0.97 ms of RoBERTa's training step on the H100 for 824 MB moved in rows of an odd
 # width, where inductor's whole loss backward took 0.55 ms (benchmarks/results/h100_session26).
 # So the pad of a value computed row-wise is computed on the padded rows instead: the same
-# ops (_row_wise) on rows of the padded width, then ``where(column < width, value, fill)``.
-# Its leaves are read as padded rows:
+# ops (_row_wise) on rows of the padded width, then ``where(column < width, value, fill)``,
+# one pointwise op over aligned rows. Its leaves are read as padded rows:
 # - a graph input by ``rows_widened``: the logits the forward saved are a view of the padded
-#   product (Note [Padded matmuls]), so they are read where they lie; a dense input (the
-#   tangent of the logits) is padded by a copy first;
+#   product (Note [Padded matmuls]), read where they lie. A dense input (the tangent of the
+#   logits) would be padded by a copy; the CUDA-graph recording copies it into a buffer laid
+#   out in padded rows instead (``padded_inputs``, ``_buffer_like``), so that copy is the
+#   only one;
 # - the padded product's slice in the same graph, by the padded product.
-# Every pad of such a value then becomes one pointwise op over aligned rows.
-# Padding the tangent inside the region instead made nvFuser's resize scheduler take the whole
-# region: one kernel of 1.09 ms, slower than the two it replaced (H100, session 27).
-# ``NVFUSER_DTENSOR_PADS_ON_PADDED_ROWS=0`` turns the rewrite off (an A/B switch, read at import).
+# On the H100, kernels per training step went from 9.53 to 8.59 ms for RoBERTa (inductor
+# 8.46), 7.61 to 7.40 for BERT, 16.19 to 15.21 for BART and 5.89 to 5.74 for GPT-2, whose
+# model graph padded the tangent from its loss graph (benchmarks/results/h100_session27).
+# Padding the tangent inside the region made nvFuser's resize scheduler take the whole region
+# as one kernel of 1.09 ms: not kept. ``NVFUSER_DTENSOR_PADS_ON_PADDED_ROWS=0`` turns the
+# rewrite off (an A/B switch, read at import).
 ENABLED = os.environ.get("NVFUSER_DTENSOR_PADS_ON_PADDED_ROWS", "1") != "0"
 
 
