@@ -25,7 +25,7 @@ import torch
 from torch import fx
 from torch._guards import detect_fake_mode
 
-from .fx_nodes import RESHAPES, call_with_val, one_per_row, rewritten
+from .fx_nodes import RESHAPES, call_with_val, is_dtype_cast, one_per_row, rewritten
 from .fx_nodes import val as _val
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -41,7 +41,7 @@ def _movable(node: fx.Node, dim: int, index) -> int | None:
     val = _val(node)
     if not isinstance(val, torch.Tensor) or val.dim() != index.dim():
         return None
-    cast = node.target is aten._to_copy.default and set(node.kwargs) <= {"dtype"}
+    cast = is_dtype_cast(node)
     if not cast and torch.Tag.pointwise not in node.target.tags:
         return None
     full = None

@@ -1,7 +1,7 @@
 """What the graph rewrites before partitioning (pad_matmul.py, early_gather.py,
 one_hot_sum.py, dense_stack.py, padded_rows.py, cpu_constants.py) share: a node's
 recorded value, a new node recorded with its own, the one-index-per-row test of a gather
-or scatter, the reshape ops, and the tidy-up after a rewrite."""
+or scatter, the dtype-only cast test, the reshape ops, and the tidy-up after a rewrite."""
 
 from __future__ import annotations
 
@@ -18,6 +18,13 @@ def val(node):
     """The value aten recorded for ``node`` (``meta["val"]``: a fake tensor), None for
     anything else."""
     return node.meta.get("val") if isinstance(node, fx.Node) else None
+
+
+def is_dtype_cast(node) -> bool:
+    """``node`` is ``_to_copy(x)`` changing at most the dtype: no device, layout or memory
+    format of its own."""
+    return (isinstance(node, fx.Node) and node.op == "call_function" and node.target is aten._to_copy.default
+            and len(node.args) == 1 and set(node.kwargs) <= {"dtype"})
 
 
 def call_with_val(graph: fx.Graph, fake_mode, target, args, kwargs=None) -> fx.Node:

@@ -30,7 +30,7 @@ import torch
 from torch import fx
 from torch._guards import detect_fake_mode
 
-from .fx_nodes import call_with_val, one_per_row, rewritten
+from .fx_nodes import call_with_val, is_dtype_cast, one_per_row, rewritten
 from .fx_nodes import val as _val
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -81,10 +81,7 @@ def _scaled_one_hot(prod, dim: int):
 def _dtype_cast(node):
     """(its input, the dtype) when ``node`` is ``_to_copy(x, dtype=...)`` changing nothing but
     the dtype; else None."""
-    if (isinstance(node, fx.Node) and node.op == "call_function" and node.target is aten._to_copy.default
-            and len(node.args) == 1 and set(node.kwargs) == {"dtype"}):
-        return node.args[0], node.kwargs["dtype"]
-    return None
+    return (node.args[0], _val(node).dtype) if is_dtype_cast(node) else None
 
 
 def _row_sum(node: fx.Node):

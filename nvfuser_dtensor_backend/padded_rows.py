@@ -32,7 +32,7 @@ import torch
 from torch import fx
 from torch._guards import detect_fake_mode
 
-from .fx_nodes import RESHAPES, call_with_val, rewritten
+from .fx_nodes import RESHAPES, call_with_val, is_dtype_cast, rewritten
 from .fx_nodes import val as _val
 from .pad_matmul import ALIGN  # padded widths are multiples of it (Note [Padded matmuls])
 
@@ -110,7 +110,7 @@ def _row_wise(node: fx.Node) -> bool:
     if node.op != "call_function" or node.target not in _ROW_WISE:
         return False
     if node.target is aten._to_copy.default:
-        return set(node.kwargs) <= {"dtype"}
+        return is_dtype_cast(node)
     if node.target is aten.clone.default:
         return node.kwargs.get("memory_format") in (None, torch.contiguous_format)
     if node.target is aten.scatter.value:
