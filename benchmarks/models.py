@@ -55,8 +55,19 @@ STDERR_TAIL = 15  # lines of a failed model process's stderr kept in its rows' e
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:500]
+    """The error's type and first line. Dynamo's ``BackendCompilerFailed`` says only
+    "backend='...' raised:" on its first line: the innermost cause is given instead, with the
+    frame it was raised in (session 27 lost a zoo failure's cause to that first line)."""
+    inner = e
+    while (cause := getattr(inner, "inner_exception", None) or inner.__cause__) is not None and cause is not inner:
+        inner = cause
+    text = str(inner).strip()
+    line = f"{type(inner).__name__}: {text.splitlines()[0] if text else ''}"
+    if inner is not e:
+        frames = traceback.extract_tb(inner.__traceback__)
+        where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+        line = f"{type(e).__name__}: {line}{where}"
+    return line[:700]
 
 
 def _row(a, name: str, mode: str, backend: str, **kw) -> dict:

@@ -174,3 +174,24 @@ def test_tp_kernels_script_runs_a_tp_case_on_one_rank():
     assert done.returncode == 0, text[-3000:]
     assert "== sp_block cpu fwd nvfuser_dtensor:global_view: wall" in text, text[-3000:]
     assert "runs through DTensor on every call: no nvFuser entry on local tensors" in text, text[-3000:]
+
+
+def test_a_backend_failure_is_reported_by_its_cause():
+    # dynamo's BackendCompilerFailed says only "backend='...' raised:" on its first line
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    from benchmarks.models import _first_line
+
+    def compile_it():
+        raise ValueError("the real reason\nmore")
+
+    try:
+        try:
+            compile_it()
+        except ValueError as inner:
+            raise BackendCompilerFailed(compile_it, inner, None) from inner
+    except BackendCompilerFailed as e:
+        line = _first_line(e)
+    assert line.startswith("BackendCompilerFailed: ValueError: the real reason (at test_benchmarks.py:"), line
+    assert "in compile_it" in line
+    assert _first_line(RuntimeError("plain\nrest")) == "RuntimeError: plain"
