@@ -278,10 +278,10 @@ def reduce_padded_rows(gm: fx.GraphModule) -> int:
 ENABLED = os.environ.get("NVFUSER_DTENSOR_PADS_ON_PADDED_ROWS", "1") != "0"
 
 
-def _row_pad(node: fx.Node) -> int | None:
-    """The padded width when ``node`` pads only the last dim on the right, by fewer than
-    ``ALIGN`` columns to a multiple of it, of a wide odd width (Note [Pads computed on padded
-    rows]), with a number; else None."""
+def _row_pad(node: fx.Node) -> tuple[int, int | float] | None:
+    """(the padded width, the pad value) when ``node`` pads only the last dim on the right, by
+    fewer than ``ALIGN`` columns to a multiple of it, of a wide odd width (Note [Pads computed
+    on padded rows]), with a number; else None."""
     if node.op != "call_function" or node.target is not aten.constant_pad_nd.default:
         return None
     x, pad = _val(node.args[0]), list(node.args[1])
@@ -292,7 +292,7 @@ def _row_pad(node: fx.Node) -> int | None:
     width, stride = x.shape[-1], x.shape[-1] + pad[1]
     if width < MIN_WIDTH or width % ALIGN == 0 or not 0 < pad[1] < ALIGN or stride % ALIGN:
         return None
-    return stride
+    return stride, value
 
 
 def pad_on_padded_rows(gm: fx.GraphModule) -> int:
@@ -318,13 +318,12 @@ def pad_on_padded_rows(gm: fx.GraphModule) -> int:
         return inputs[node, stride]
 
     for pad in pads:
-        stride = _row_pad(pad)
+        stride, value = _row_pad(pad)
         x = pad.args[0]
         lifter = _Lifter(graph, fake_mode, _val(x).shape[-1], stride, lambda n, s=stride: leaf(n, s))
         wide = lifter.lift(x)
         if wide is None:
             continue
-        value = pad.args[2] if len(pad.args) > 2 else pad.kwargs.get("value", 0)
         with graph.inserting_before(pad):
             out = lifter.masked(lifter.kept_columns(_val(x).device), wide, value)
         pad.replace_all_uses_with(out)
