@@ -13,6 +13,7 @@ import torch
 from torch import fx
 
 from .._nvfuser import to_nv_dtype
+from ..options import env_flag
 from ..registry import translator
 from ._common import out_dtype
 
@@ -123,3 +124,40 @@ def arange_start(ctx, start, end, **kwargs):
 @translator(aten.arange.start_step, check=_check_arange, compute=False)
 def arange_start_step(ctx, start, end, step=1, **kwargs):
     return _iota(ctx, start, end, step)
+
+
+# --- random numbers --------------------------------------------------------------------
+
+# Note [Random numbers drawn by nvFuser]
+# Dropout's ``rand_like`` runs in PyTorch: its numbers are written to memory and read back by
+# the region that compares them with p (7 per forward in the zoo's bert_dropout, whose training
+# kernels took 9.36 ms against inductor's 7.60 on the H100, benchmarks/results/h100_session27;
+# inductor draws them inside its kernels). nvFuser 0.2.36 draws them itself: ``uniform`` with
+# no ``rng_seed``/``rng_offset`` takes seed and offset from PyTorch's default CUDA generator on
+# every execute and advances it by 4 per random op of the kernel (csrc/rng.cpp:70-95), and under
+# CUDA-graph capture the kernel reads them through the generator's device pointers (rng.cpp:21-53),
+# so each replay draws new numbers. Explicit seed and offset would be host scalars, frozen into
+# a captured graph. The numbers differ from eager's, as inductor's do; the backward reads the
+# mask the forward saved (AOTAutograd's partitioner never recomputes a random op). Not yet run
+# on a GPU: ``NVFUSER_DTENSOR_RANDOM_IN_FUSIONS=1`` (read at import) turns it on for the GPU
+# checks (tests/test_cuda_graphs.py::test_dropout_draws_new_numbers_on_every_replay,
+# tests/test_models.py::test_dropout_statistics, the zoo's bert_dropout).
+RANDOM_IN_FUSIONS = env_flag("NVFUSER_DTENSOR_RANDOM_IN_FUSIONS")
+
+
+def _check_rand_like(node: fx.Node) -> str | None:
+    if not RANDOM_IN_FUSIONS:
+        return ("random numbers are drawn by PyTorch (NVFUSER_DTENSOR_RANDOM_IN_FUSIONS=1 draws them in nvFuser, "
+                "Note [Random numbers drawn by nvFuser])")
+    if node.kwargs.get("generator") is not None:
+        return "a generator of its own"
+    dtype = node.kwargs.get("dtype") or node.args[0].meta["val"].dtype
+    if not dtype.is_floating_point:
+        return f"dtype {dtype}"
+    return _factory_kwargs(node)
+
+
+@translator(aten.rand_like.default, check=_check_rand_like)
+def rand_like(ctx, a, **kwargs):
+    # NOTE: the result is contiguous even where aten's preserve_format would copy a's strides.
+    return ctx.ops.uniform(0.0, 1.0, _sizes(ctx, a), dtype=to_nv_dtype(out_dtype(ctx)))

@@ -60,3 +60,48 @@ def test_creation_alone_not_fused():
     from helpers import fused_ops
     check_parity(lambda x: (x, torch.zeros(3, 4, device=DEVICE)), randn(2), fused=False)
     assert "aten.full.default" not in fused_ops() and "aten.zeros.default" not in fused_ops()
+
+
+# Note [Random numbers drawn by nvFuser] (off by default: not yet run on a GPU)
+
+
+@pytest.fixture
+def random_in_fusions(monkeypatch):
+    from nvfuser_dtensor_backend.translators import creation
+
+    monkeypatch.setattr(creation, "RANDOM_IN_FUSIONS", True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_dropout_draws_its_numbers_in_the_region(dtype, random_in_fusions):
+    from helpers import assert_close, compile_fn, fused_ops
+
+    x = (randn(64, 256, dtype=torch.float32).abs() + 0.5).to(dtype).requires_grad_()  # no zeros of its own
+    compiled = compile_fn(lambda x: torch.nn.functional.dropout(x * 2, p=0.25, training=True))
+    y = compiled(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.75) < 0.02
+    assert_close(y[kept], (x.detach() * 2 / 0.75)[kept])
+    g = randn(64, 256, dtype=dtype)
+    y.backward(g)
+    assert_close(x.grad, g * kept * 2 / 0.75)  # the backward reads the forward's mask
+    assert "aten.rand_like.default" in fused_ops()
+    assert not torch.equal(compiled(x) != 0, kept)  # another call, other numbers
+
+
+def test_rand_like_of_another_dtype(random_in_fusions):
+    from helpers import compile_fn, fused_ops
+
+    x = randn(128, 128, dtype=torch.bfloat16)
+    out = compile_fn(lambda x: torch.rand_like(x, dtype=torch.float32) + x.float() * 0)(x)
+    assert out.dtype == torch.float32 and 0 <= out.min().item() and out.max().item() < 1
+    assert abs(out.mean().item() - 0.5) < 0.02
+    assert "aten.rand_like.default" in fused_ops()
+
+
+def test_random_numbers_are_drawn_by_pytorch_by_default():
+    from helpers import compile_fn, fused_ops
+
+    x = randn(64, 64)
+    compile_fn(lambda x: torch.nn.functional.dropout(x * 2, p=0.5, training=True))(x)
+    assert "aten.rand_like.default" not in fused_ops()
