@@ -26,7 +26,6 @@ gradient is computed on the padded rows too (Note [Pads computed on padded rows]
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 from torch import fx
@@ -34,6 +33,7 @@ from torch._guards import detect_fake_mode
 
 from .fx_nodes import RESHAPES, call_with_val, is_dtype_cast, rewritten
 from .fx_nodes import val as _val
+from .options import env_flag
 from .pad_matmul import ALIGN  # padded widths are multiples of it (Note [Padded matmuls])
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -275,7 +275,7 @@ def reduce_padded_rows(gm: fx.GraphModule) -> int:
 # Padding the tangent inside the region made nvFuser's resize scheduler take the whole region
 # as one kernel of 1.09 ms: not kept. ``NVFUSER_DTENSOR_PADS_ON_PADDED_ROWS=0`` turns the
 # rewrite off (an A/B switch, read at import).
-ENABLED = os.environ.get("NVFUSER_DTENSOR_PADS_ON_PADDED_ROWS", "1") != "0"
+ENABLED = env_flag("NVFUSER_DTENSOR_PADS_ON_PADDED_ROWS", default=True)
 
 
 def _row_pad(node: fx.Node) -> tuple[int, int | float] | None:
@@ -301,8 +301,8 @@ def pad_on_padded_rows(gm: fx.GraphModule) -> int:
     if not ENABLED:
         return 0
     graph, done = gm.graph, 0
-    pads = [n for n in graph.nodes if _row_pad(n) is not None]
-    fake_mode = detect_fake_mode([_val(n) for n in pads]) if pads else None
+    pads = [(n, found) for n in graph.nodes if (found := _row_pad(n)) is not None]
+    fake_mode = detect_fake_mode([_val(n) for n, _ in pads]) if pads else None
     if fake_mode is None:
         return 0
     products = {narrow: (padded, stride) for narrow, padded, stride in _sources(graph) if padded is not None}
@@ -317,8 +317,7 @@ def pad_on_padded_rows(gm: fx.GraphModule) -> int:
             inputs[node, stride] = _widened_input(graph, fake_mode, node, stride)
         return inputs[node, stride]
 
-    for pad in pads:
-        stride, value = _row_pad(pad)
+    for pad, (stride, value) in pads:
         x = pad.args[0]
         lifter = _Lifter(graph, fake_mode, _val(x).shape[-1], stride, lambda n, s=stride: leaf(n, s))
         wide = lifter.lift(x)
