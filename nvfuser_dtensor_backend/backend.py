@@ -172,8 +172,10 @@ def _eliminate_common_subexpressions(gm: fx.GraphModule) -> None:
 
 @compile_time.timed("graphs")  # Note [First-call accounting]
 def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kind: str,
-                       region_cls: type = FusedRegion) -> Callable:
-    """Partition an aten graph and swap each region for a FusedRegion (or ``region_cls``)."""
+                       region_cls: type = FusedRegion, random_ops: bool = True) -> Callable:
+    """Partition an aten graph and swap each region for a FusedRegion (or ``region_cls``).
+    ``random_ops=False`` (a DTensor graph's): random ops stay in PyTorch (Note [Random numbers
+    drawn by nvFuser])."""
     if region_cls is FusedRegion:  # DTensor graphs (the global view) keep theirs as they are
         if kind == "inference":
             _eliminate_common_subexpressions(gm)
@@ -188,7 +190,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
         pad_on_padded_rows(gm)
     fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul,
                                      replay_input_free=region_cls is FusedRegion,
-                                     one_gemm_per_region=region_cls is FusedRegion)
+                                     one_gemm_per_region=region_cls is FusedRegion,
+                                     random_ops=random_ops and region_cls is FusedRegion)
     # The global view runs its graphs on DTensors, which inductor does not take: there,
     # regions fall back to the aten code and the code between regions stays as it is.
     use_inductor = options.fallback == "inductor" and region_cls is FusedRegion
@@ -295,6 +298,8 @@ def _compile_through_aot(gm: fx.GraphModule, example_inputs, opts: Options) -> C
         log.info("nvfuser_dtensor: this dynamo graph runs without CUDA graphs: %s", why_not)
         cuda_graphs.note_uncaptured(why_not)
 
+    dtensor = has_dtensor(example_inputs)
+
     def compiler(kind):
         def compile_fn(g, inputs):
             if _any_on_cuda(inputs):
@@ -303,7 +308,7 @@ def _compile_through_aot(gm: fx.GraphModule, example_inputs, opts: Options) -> C
                 except Exception as e:  # noqa: BLE001 - an optimization: the graph stays right without it
                     log.warning("nvfuser_dtensor: CPU constants stay on the CPU (%s: %s)", type(e).__name__, e)
             wrap = graphs.plan(kind, g, inputs) if graphs is not None else None  # before partition() rewrites g
-            compiled = compile_aten_graph(g, inputs, opts, kind)
+            compiled = compile_aten_graph(g, inputs, opts, kind, random_ops=not dtensor)
             return wrap(compiled) if wrap is not None else compiled
 
         return compile_fn

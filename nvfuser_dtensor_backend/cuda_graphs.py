@@ -33,8 +33,9 @@ step (measured in benchmarks/results/h200_models, ``nvfuser_dtensor`` against
 ``inductor:reduce-overhead``, which does not copy); in exchange, no value a user holds ever
 changes under them, and the graph's outputs are dead at once, so the trees replay the same
 graph on every call instead of recording a second one for a live output.
-- random ops (dropout stays in PyTorch) draw new numbers on every replay: PyTorch's CUDA
-  generator registers its philox seed and offset with the captured graph.
+- random ops draw new numbers on every replay: PyTorch's CUDA generator registers its
+  philox seed and offset with the captured graph, and nvFuser's kernels read them through
+  the generator's device pointers (Note [Random numbers drawn by nvFuser]).
 A graph that cannot be captured runs as it is, with one log line saying why: inputs or nodes
 on the CPU (the CPU evaluator), input mutations, ops that sync with the host, symbolic shapes
 (``dynamic=True``).

@@ -21,15 +21,20 @@ log = logging.getLogger("nvfuser_dtensor_backend")
 
 
 class NvFuserSupport(OperatorSupportBase):
-    """``is_node_supported`` is exactly "lookup() returned a Translator"."""
+    """``is_node_supported`` is exactly "lookup() returned a Translator" (and, with
+    ``random_ops=False``, the node draws no random numbers)."""
 
-    def __init__(self, fuse_matmul: bool = False, on_cuda: bool = False):
+    def __init__(self, fuse_matmul: bool = False, on_cuda: bool = False, random_ops: bool = True):
         self.fuse_matmul = fuse_matmul
         self.on_cuda = on_cuda
+        self.random_ops = random_ops
         self.unsupported: dict[fx.Node, str] = {}
 
     def is_node_supported(self, submodules, node: fx.Node) -> bool:
         entry = lookup(node, self.fuse_matmul)
+        if isinstance(entry, Translator) and not self.random_ops and not _deterministic(node):
+            entry = Unsupported(f"{node.target}: random numbers of a DTensor graph are drawn through DTensor "
+                                "(its RNG tracker gives each shard numbers of its own)")
         if isinstance(entry, Translator):
             # A CPU value in a CUDA graph is host arithmetic on 0-dim tensors (T5's relative
             # position buckets): nvFuser takes CPU scalars as inputs, but its outputs live on
@@ -419,7 +424,7 @@ def _deterministic(node: fx.Node) -> bool:
 
 def partition(
     gm: fx.GraphModule, min_region_size: int = 1, fuse_matmul: bool = False, replay_input_free: bool = True,
-    one_gemm_per_region: bool = True,
+    one_gemm_per_region: bool = True, random_ops: bool = True,
 ) -> tuple[fx.GraphModule, list[str], PartitionReport]:
     """Fuse supported nodes of ``gm`` into submodules named ``nvfuser_region_<i>``.
 
@@ -429,8 +434,10 @@ def partition(
     plain tensor made by a replayed factory op would not mix. ``one_gemm_per_region=False``
     keeps the matmuls of a region together (Note [One matmul per region]): the global view's
     fusions carry the relayouts between them, which nvFuser turns into communication.
+    ``random_ops=False`` leaves random ops to PyTorch (graphs with DTensor inputs; Note
+    [Random numbers drawn by nvFuser]).
     """
-    support = NvFuserSupport(fuse_matmul, on_cuda=_graph_on_cuda(gm))
+    support = NvFuserSupport(fuse_matmul, on_cuda=_graph_on_cuda(gm), random_ops=random_ops)
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     order = {n: i for i, n in enumerate(gm.graph.nodes)}

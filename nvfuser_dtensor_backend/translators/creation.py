@@ -129,26 +129,28 @@ def arange_start_step(ctx, start, end, step=1, **kwargs):
 # --- random numbers --------------------------------------------------------------------
 
 # Note [Random numbers drawn by nvFuser]
-# Dropout's ``rand_like`` runs in PyTorch: its numbers are written to memory and read back by
-# the region that compares them with p (7 per forward in the zoo's bert_dropout, whose training
-# kernels took 9.36 ms against inductor's 7.60 on the H100, benchmarks/results/h100_session27;
-# inductor draws them inside its kernels). nvFuser 0.2.36 draws them itself: ``uniform`` with
-# no ``rng_seed``/``rng_offset`` takes seed and offset from PyTorch's default CUDA generator on
+# Dropout's ``rand_like`` is drawn inside the region that compares it with p, as inductor
+# draws it inside its kernels; in PyTorch its numbers were written to memory and read back
+# (7 per forward in the zoo's bert_dropout). nvFuser 0.2.36's ``uniform`` with no
+# ``rng_seed``/``rng_offset`` takes seed and offset from PyTorch's default CUDA generator on
 # every execute and advances it by 4 per random op of the kernel (csrc/rng.cpp:70-95), and under
 # CUDA-graph capture the kernel reads them through the generator's device pointers (rng.cpp:21-53),
 # so each replay draws new numbers. Explicit seed and offset would be host scalars, frozen into
 # a captured graph. The numbers differ from eager's, as inductor's do; the backward reads the
-# mask the forward saved (AOTAutograd's partitioner never recomputes a random op). Not yet run
-# on a GPU: ``NVFUSER_DTENSOR_RANDOM_IN_FUSIONS=1`` (read at import) turns it on for the GPU
-# checks (tests/test_cuda_graphs.py::test_dropout_draws_new_numbers_on_every_replay,
-# tests/test_models.py::test_dropout_statistics, the zoo's bert_dropout).
-RANDOM_IN_FUSIONS = env_flag("NVFUSER_DTENSOR_RANDOM_IN_FUSIONS")
+# mask the forward saved (AOTAutograd's partitioner never recomputes a random op). On one H100
+# (session 28, benchmarks/results/h100_session28) bert_dropout's training kernels went from
+# 9.36 ms (session 27) to 7.70 (inductor 7.55), its step from 0.91x to 1.05x inductor's, and
+# tests/test_cuda_graphs.py::test_dropout_draws_new_numbers_on_every_replay and
+# tests/test_models.py::test_dropout_statistics passed. Graphs with DTensor inputs keep their
+# random ops in PyTorch (``partition(random_ops=False)``): DTensor's RNG tracker gives each
+# shard numbers of its own, where ranks seeded alike would draw the same ones in nvFuser.
+# ``NVFUSER_DTENSOR_RANDOM_IN_FUSIONS=0`` (an A/B switch, read at import) draws them in PyTorch.
+RANDOM_IN_FUSIONS = env_flag("NVFUSER_DTENSOR_RANDOM_IN_FUSIONS", default=True)
 
 
 def _check_rand_like(node: fx.Node) -> str | None:
     if not RANDOM_IN_FUSIONS:
-        return ("random numbers are drawn by PyTorch (NVFUSER_DTENSOR_RANDOM_IN_FUSIONS=1 draws them in nvFuser, "
-                "Note [Random numbers drawn by nvFuser])")
+        return "random numbers are drawn by PyTorch (NVFUSER_DTENSOR_RANDOM_IN_FUSIONS=0)"
     if node.kwargs.get("generator") is not None:
         return "a generator of its own"
     dtype = node.kwargs.get("dtype") or node.args[0].meta["val"].dtype

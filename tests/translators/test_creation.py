@@ -62,18 +62,11 @@ def test_creation_alone_not_fused():
     assert "aten.full.default" not in fused_ops() and "aten.zeros.default" not in fused_ops()
 
 
-# Note [Random numbers drawn by nvFuser] (off by default: not yet run on a GPU)
-
-
-@pytest.fixture
-def random_in_fusions(monkeypatch):
-    from nvfuser_dtensor_backend.translators import creation
-
-    monkeypatch.setattr(creation, "RANDOM_IN_FUSIONS", True)
+# Note [Random numbers drawn by nvFuser]
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-def test_dropout_draws_its_numbers_in_the_region(dtype, random_in_fusions):
+def test_dropout_draws_its_numbers_in_the_region(dtype):
     from helpers import assert_close, compile_fn, fused_ops
 
     x = (randn(64, 256, dtype=torch.float32).abs() + 0.5).to(dtype).requires_grad_()  # no zeros of its own
@@ -89,7 +82,7 @@ def test_dropout_draws_its_numbers_in_the_region(dtype, random_in_fusions):
     assert not torch.equal(compiled(x) != 0, kept)  # another call, other numbers
 
 
-def test_rand_like_of_another_dtype(random_in_fusions):
+def test_rand_like_of_another_dtype():
     from helpers import compile_fn, fused_ops
 
     x = randn(128, 128, dtype=torch.bfloat16)
@@ -99,9 +92,31 @@ def test_rand_like_of_another_dtype(random_in_fusions):
     assert "aten.rand_like.default" in fused_ops()
 
 
-def test_random_numbers_are_drawn_by_pytorch_by_default():
+def test_random_numbers_are_drawn_by_pytorch_when_switched_off(monkeypatch):
     from helpers import compile_fn, fused_ops
 
+    from nvfuser_dtensor_backend.translators import creation
+
+    monkeypatch.setattr(creation, "RANDOM_IN_FUSIONS", False)  # NVFUSER_DTENSOR_RANDOM_IN_FUSIONS=0
     x = randn(64, 64)
-    compile_fn(lambda x: torch.nn.functional.dropout(x * 2, p=0.5, training=True))(x)
+    y = compile_fn(lambda x: torch.nn.functional.dropout(x * 2, p=0.5, training=True))(x)
     assert "aten.rand_like.default" not in fused_ops()
+    assert 0.4 < (y != 0).float().mean().item() < 0.6
+
+
+def test_dtensor_graphs_keep_random_ops_in_pytorch():
+    """``partition(random_ops=False)``, as for graphs with DTensor inputs: DTensor's RNG
+    tracker, not nvFuser, draws their numbers."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from nvfuser_dtensor_backend.partition import partition
+
+    def f(x):
+        return (torch.ops.aten.rand_like.default(x) > 0.5) * torch.exp(x)
+
+    for random_ops in (True, False):
+        gm = make_fx(f)(randn(8, 8))
+        _, names, report = partition(gm, random_ops=random_ops)
+        fused = [op for ops in report.regions for op in ops]
+        assert ("aten.rand_like.default" in fused) is random_ops and "aten.exp.default" in fused
+        assert any("RNG tracker" in r for r in report.unsupported) is not random_ops
