@@ -267,11 +267,11 @@ def nvfuser_dtensor(gm: fx.GraphModule, example_inputs, options: dict | None = N
     rewrite = None
     # DTensor graphs on the local path keep their layouts: their shards' strides are the mesh's
     why_nhwc = ("DTensor inputs" if opts.channels_last is not False and has_dtensor(example_inputs)
-                else channels_last.refusal(gm, opts.channels_last))
+                else channels_last.refusal(gm, opts.channels_last, channels_last.is_inference(gm, example_inputs)))
     if why_nhwc is None:
         rewrite = channels_last.to_channels_last(gm)
         log.info("nvfuser_dtensor: %d convolution(s) take channels-last inputs", rewrite.convs)
-    elif why_nhwc == channels_last.OFF_ON_CUDA:
+    elif why_nhwc == channels_last.OFF_ON_CUDA and opts.channels_last is True:  # asked for, not the default
         log.warning("nvfuser_dtensor: options channels_last=%r ignored, convolutions keep their layout: %s",
                     opts.channels_last, why_nhwc)
     elif opts.channels_last is not False:

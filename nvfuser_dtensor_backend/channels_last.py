@@ -26,7 +26,14 @@ graph that dynamo recorded as contiguous (or channels-last) is made so again, a 
 its layout changed. That matters beyond looks: the next graph after a graph break was traced,
 and is guarded, on those strides.
 
-**Off on CUDA** (``refusal``), whatever the option says: it made no model faster on the H200
+**Inference graphs only on CUDA** (``refusal``): there batch norm is pointwise, and cuDNN's
+transposes were a third of ResNet-18's inference kernels. On one H100 (session 27,
+benchmarks/results/h100_session27), ResNet-18's inference step went from 1.27 ms of kernels
+in 105 launches to 0.95 ms in 72 (inductor 0.87 ms in 70); ConvNeXt-T's stayed at 2.35 ms
+(2.34; its convolutions were NHWC already). As the default, in the zoo (session 28, one H100,
+benchmarks/results/h100_session28), kernels per inference step, ours / inductor's: ResNet-18
+0.95 / 0.87 ms, ViT-S/16 1.36 / 1.36, ConvNeXt-T 2.34 / 2.40. **Off for training graphs on CUDA**, whatever
+the option says: it made no model's training faster on the H200
 (ResNet-18's kernels 6.14 ms against 4.00; benchmarks/results/h200_defaults_ab_session15,
 h200_models_session15). It was first refused for
 EfficientNet-B0's "illegal memory access"; that fault came with or without it, from nvFuser's
@@ -66,9 +73,9 @@ from .options import env_flag
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
-ON_CUDA = env_flag("NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA")  # see the Note: off on CUDA otherwise
-OFF_ON_CUDA = ("off on CUDA: it made no model faster on the H200 (Note [Channels-last convolutions]; "
-               "NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA=1 turns it on)")
+ON_CUDA = env_flag("NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA")  # see the Note: training graphs on CUDA too
+OFF_ON_CUDA = ("off for training graphs on CUDA: it made no model's training faster on the H200 (Note "
+               "[Channels-last convolutions]; NVFUSER_DTENSOR_CHANNELS_LAST_ON_CUDA=1 turns it on)")
 
 CONV2D = (torch.conv2d, torch.nn.functional.conv2d)
 
@@ -101,15 +108,22 @@ def _groups(node: fx.Node) -> int:
     return node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
 
 
-def refusal(gm: fx.GraphModule, choice) -> str | None:
+def is_inference(gm: fx.GraphModule, example_inputs) -> bool:
+    """Whether AOTAutograd makes an inference graph of ``gm``: grad mode is off, or no input
+    or parameter requires a gradient (its own test, ``needs_autograd``)."""
+    tensors = [*example_inputs, *gm.parameters()]
+    return not torch.is_grad_enabled() or not any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def refusal(gm: fx.GraphModule, choice, inference: bool = False) -> str | None:
     """Why the convolutions of ``gm`` keep their layout under ``options.channels_last=choice``,
-    or None if they take channels-last inputs."""
+    or None if they take channels-last inputs (``inference``: ``gm`` makes an inference graph)."""
     if choice is False:
         return "options channels_last=False"
     convs = [c for c in conv2d_nodes(gm) if c[1] is not None and c[1].dim() == 4]
     if not convs:
         return "no batched 2-d convolution"
-    if not ON_CUDA and any(x.device.type == "cuda" for _, x, _ in convs):
+    if not ON_CUDA and not inference and any(x.device.type == "cuda" for _, x, _ in convs):
         return OFF_ON_CUDA
     if choice is True:
         return None

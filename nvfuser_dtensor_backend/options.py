@@ -69,8 +69,9 @@ class Options:
             NCHW<->NHWC transposes and the regions between convolutions work in NHWC
             (channels_last.py, Note [Channels-last convolutions]); what reaches the user keeps
             eager's layout. ``True`` (every graph with a batched conv2d), ``"auto"``
-            (inductor's heuristics) or ``False`` (default). Refused on CUDA, with a
-            warning, until a CUDA fault it met on the H200 is understood (the Note).
+            (default: inductor's heuristics) or ``False``. On CUDA only inference graphs take
+            it (in training its batch norm reductions over NHWC data were slower, the
+            Note); a training graph that asks for it with ``True`` is refused with a warning.
         verify: debug mode for wrong numbers: every region also runs in PyTorch on the same
             inputs, and an output beyond its dtype's tolerance is reported with a
             ``RegionMismatchWarning`` naming the region (verify.py). Doubles the work of each
@@ -94,7 +95,7 @@ class Options:
     cuda_graphs: bool | str = "auto"
     pad_matmuls: bool | str = "auto"
     dtensor_runtime: bool = False
-    channels_last: bool | str = False
+    channels_last: bool | str = "auto"
     kernel_cache: bool | str | os.PathLike = False
 
     @staticmethod

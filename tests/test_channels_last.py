@@ -126,12 +126,12 @@ def test_channels_last_inputs_handed_over_in_memory_order(monkeypatch):
     assert len(handed) >= 3, handed  # forward and backward regions (4 calls, 8 inputs in torch 2.10)
 
 
-def test_off_by_default_and_outputs_keep_eager_layout():
+def test_outputs_keep_eager_layout():
     torch.manual_seed(0)
     model = ConvNet().to(DEVICE)
     x = randn(2, 3, 8, 8)
     compile_fn(model.features)(x)
-    assert _region_inputs_channels_last() == 0
+    assert _region_inputs_channels_last() == 0  # "auto": 16 channels are too few
     # a 4-d activation returned to the user: contiguous, as in eager, though it was NHWC inside
     out = compile_fn(model.features, channels_last=True)(x)
     assert _region_inputs_channels_last() >= 3
@@ -221,14 +221,32 @@ def test_auto_follows_inductors_heuristics(weights, groups, device, why):
 
 
 @pytest.mark.parametrize("choice", [True, "auto"])
-def test_off_on_cuda_unless_asked_for_by_the_gpu_checks(choice, monkeypatch):
-    # a CUDA fault on the H200 (Note [Channels-last convolutions]): refused on CUDA, not on the CPU
+def test_off_for_training_graphs_on_cuda_unless_asked_for_by_the_gpu_checks(choice, monkeypatch):
+    # slower training on the GPU (Note [Channels-last convolutions]): refused for CUDA training
+    # graphs, not for inference graphs, not on the CPU
     monkeypatch.setattr(channels_last, "ON_CUDA", False)
     gm = _dynamo_like_graph([(64, 3, 7, 7), (128, 64, 3, 3)])
     assert channels_last.refusal(gm, choice) == channels_last.OFF_ON_CUDA
+    assert channels_last.refusal(gm, choice, inference=True) is None
     assert channels_last.refusal(_dynamo_like_graph([(64, 3, 7, 7), (128, 64, 3, 3)], device="cpu"), True) is None
     monkeypatch.setattr(channels_last, "ON_CUDA", True)
     assert channels_last.refusal(gm, choice) is None
+
+
+def test_an_inference_graph_is_one_without_gradients():
+    model = ConvNet()
+    gm = fx.symbolic_trace(model)
+    x = torch.randn(2, 3, 8, 8)
+    assert not channels_last.is_inference(gm, [x])  # parameters that require gradients, grad mode on
+    with torch.no_grad():
+        assert channels_last.is_inference(gm, [x])
+    model.requires_grad_(False)
+    assert channels_last.is_inference(gm, [x])
+    assert not channels_last.is_inference(gm, [x.requires_grad_()])
+
+
+def test_the_default_is_auto():
+    assert Options().channels_last == "auto"
 
 
 def test_rewrite_undoes_to_the_same_code():
@@ -295,3 +313,18 @@ def test_global_average_pool_of_an_nhwc_activation_is_a_plain_mean():
     assert_close(x.grad, x_ref.grad, torch.float32, scale=4)
     summaries = "\n".join(r.summary() for r in nb.reports())
     assert "as_strided" not in summaries and "copy" not in summaries, summaries
+
+
+@pytest.mark.gpu
+def test_on_cuda_inference_graphs_take_channels_last_by_default_and_training_graphs_do_not(monkeypatch):
+    monkeypatch.setattr(channels_last, "ON_CUDA", False)  # the default, not the GPU checks' switch
+    torch.manual_seed(0)
+    model = ConvNet(c=128).to("cuda").eval()
+    x = randn(2, 3, 16, 16, device="cuda")
+    with torch.no_grad():
+        out = compile_fn(model)(x)
+        assert _region_inputs_channels_last() >= 1  # batch norm + ReLU between the convolutions, in NHWC
+        assert_close(out, model(x), torch.float32, scale=4)
+    model.train()
+    compile_fn(model)(x).sum().backward()
+    assert _region_inputs_channels_last() == 0
