@@ -449,6 +449,20 @@ def test_random_ops_between_regions_run_through_dtensor_alone(mesh):
     assert not _is_random(node)  # dropout_p=0
 
 
+def test_random_ops_of_a_dtensor_graph_on_the_local_path_stay_in_pytorch(mesh):
+    """Note [Random numbers drawn by nvFuser]: nvFuser would draw every shard's numbers from
+    its rank's generator; DTensor's RNG tracker gives each shard numbers of its own."""
+    x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)])
+    w = distribute_tensor(torch.randn(16), mesh, [Replicate()]).requires_grad_()
+    f = lambda x, w: torch.nn.functional.dropout(torch.tanh(x * w), 0.1, training=True) * 3  # noqa: E731
+    out = torch.compile(f, backend="nvfuser_dtensor", options={"global_view": False})(x, w)
+    out.sum().backward()
+    assert out.placements == (Shard(0),) and w.grad.shape == (16,)
+    fused = [op for r in nb.reports() for ops in r.partition.regions for op in ops]
+    assert "aten.tanh.default" in fused and "aten.rand_like.default" not in fused, fused
+    assert any("RNG tracker" in why for r in nb.reports() for why in r.partition.unsupported)
+
+
 def _stub_region(mesh, expected, shardings, output_index, fd_outputs, region_outputs, fail=False):
     """A region whose first call (on DTensors) leaves a _GlobalViewEntry with a stub fd:
     ``fd_outputs(args)`` are the fusion's outputs on local tensors, ``region_outputs(dts)``
