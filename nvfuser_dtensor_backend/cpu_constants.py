@@ -23,7 +23,7 @@ from torch import fx
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from .fx_nodes import rewritten
+from .fx_nodes import is_random_op, rewritten
 from .fx_nodes import val as _val
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -66,8 +66,7 @@ class _Constants:
                 return None
             return real if _on_cpu(real) and not isinstance(real, torch._subclasses.FakeTensor) else None
         target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or \
-                torch.Tag.nondeterministic_seeded in target.tags:
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or is_random_op(target):
             return None
         inputs = {a: self.value(a) for a in node.all_input_nodes}
         if any(v is None for v in inputs.values()):

@@ -57,6 +57,7 @@ import torch
 from torch import fx
 
 from .cpu_constants import copies_from_cpu
+from .fx_nodes import is_random_op
 from .options import env_flag
 from .cuda_graph_runner import CudaCapture, GraphRunner, is_graph_error, marking_graph_errors, note_uncaptured
 
@@ -86,7 +87,7 @@ def cpu_nodes_reason(gm: fx.GraphModule) -> str | None:
         if n.op == "placeholder":
             return f"an input on the CPU ({n.name})"
         target = n.target
-        if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
+        if is_random_op(target):
             return f"a random op on the CPU ({n.name})"
         for a in n.all_input_nodes:
             av = a.meta.get("val")

@@ -1,6 +1,6 @@
 """What the graph rewrites before partitioning (pad_matmul.py, early_gather.py,
 one_hot_sum.py, dense_stack.py, padded_rows.py, cpu_constants.py) share: a node's
-recorded value, a new node recorded with its own, the one-index-per-row test of a gather
+recorded value, a new node recorded with its own, the random-op test, the one-index-per-row test of a gather
 or scatter, the dtype-only cast test, the reshape ops, and the tidy-up after a rewrite."""
 
 from __future__ import annotations
@@ -25,6 +25,12 @@ def is_dtype_cast(node) -> bool:
     format of its own."""
     return (isinstance(node, fx.Node) and node.op == "call_function" and node.target is aten._to_copy.default
             and len(node.args) == 1 and set(node.kwargs) <= {"dtype"})
+
+
+def is_random_op(target) -> bool:
+    """``target`` draws random numbers: an aten op tagged ``nondeterministic_seeded``
+    (``rand_like``, ``native_dropout``, attention with dropout, ...)."""
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
 
 
 def call_with_val(graph: fx.Graph, fake_mode, target, args, kwargs=None) -> fx.Node:

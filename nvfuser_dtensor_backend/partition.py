@@ -14,6 +14,7 @@ from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from .fx_nodes import is_random_op
 from .options import env_flag
 from .registry import Translator, Unsupported, lookup, op_name
 
@@ -418,8 +419,7 @@ def _scalar_part(part) -> bool:
 
 
 def _deterministic(node: fx.Node) -> bool:
-    tags = getattr(node.target, "tags", ())
-    return torch.Tag.nondeterministic_seeded not in tags
+    return not is_random_op(node.target)
 
 
 def partition(

@@ -58,6 +58,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.experimental import implicit_replication
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
 
+from ..fx_nodes import is_random_op
 from .dtensor import has_partial, without_partial
 from .dtensor_region import (GlobalViewRegion, _GlobalViewEntry, _fast_key, _replicated_like, fake_dtensor,
                              holds_zero)
@@ -370,8 +371,7 @@ class BackwardByGradPlacements:
 
 
 def _is_random(node: fx.Node) -> bool:
-    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-            and torch.Tag.nondeterministic_seeded in node.target.tags and not _no_dropout(node))
+    return node.op == "call_function" and is_random_op(node.target) and not _no_dropout(node)
 
 
 def _no_dropout(node: fx.Node) -> bool:
