@@ -6,7 +6,7 @@
 #    - bert_dropout's attention context is cast from float32, transposed and made contiguous
 #      (forward and backward, 2 per layer), two PyTorch kernels each: `_to_copy`;
 # 3. where bert_dropout's aten copies outside the regions come from (--regions names the aten
-#    op that launched each kernel outside a region), last, as it may be cut.
+#    op that launched each kernel outside a region), with REGIONS=1 only (100 s more).
 nvidia-smi -L
 timeout 110 python3 scripts/gpu_top_kernels.py llama --backends inductor,nvfuser_dtensor --top 30 > $OUT/top_llama.log 2>&1
 timeout 75 python3 scripts/gpu_top_kernels.py gpt2 --backends nvfuser_dtensor --top 30 > $OUT/top_gpt2.log 2>&1
@@ -14,5 +14,5 @@ NVFUSER_DTENSOR_MOVE_KERNELS=cat timeout 75 python3 scripts/gpu_top_kernels.py g
 timeout 75 python3 scripts/gpu_top_kernels.py bert_dropout --backends nvfuser_dtensor --top 30 > $OUT/top_bert_dropout.log 2>&1
 NVFUSER_DTENSOR_MOVE_KERNELS=_to_copy timeout 75 python3 scripts/gpu_top_kernels.py bert_dropout --backends nvfuser_dtensor --top 30 > $OUT/top_bert_dropout_to_copy.log 2>&1
 grep "GPU activities" $OUT/top_*.log
-timeout 100 python3 scripts/gpu_top_kernels.py bert_dropout --backends nvfuser_dtensor:no_cuda_graphs --regions --top 30 > $OUT/regions_bert_dropout.log 2>&1
+[ -n "${REGIONS:-}" ] && timeout 100 python3 scripts/gpu_top_kernels.py bert_dropout --backends nvfuser_dtensor:no_cuda_graphs --regions --top 30 > $OUT/regions_bert_dropout.log 2>&1
 grep -i "copy" $OUT/regions_bert_dropout.log | head -20
