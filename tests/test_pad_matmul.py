@@ -199,7 +199,8 @@ def test_a_region_of_only_a_pad_runs_in_nvfuser_with_the_switch(dtype, switch, m
 def test_the_qkv_gradients_stack_runs_in_nvfuser_with_the_switch(dtype, switch, monkeypatch):
     """ViT's backward stacks the q, k and v gradients ([batch, heads, tokens, head_dim]),
     permutes them to [batch, tokens, 3, heads, head_dim] and makes that dense for the qkv GEMM.
-    With ``cat`` in NVFUSER_DTENSOR_MOVE_KERNELS that is one region; the values are the same."""
+    With ``cat`` in NVFUSER_DTENSOR_MOVE_KERNELS (the default) that is one region; the values
+    are the same."""
     from helpers import compile_fn, fused_ops, region_count
 
     _move_kernels(monkeypatch, switch)
@@ -212,3 +213,30 @@ def test_the_qkv_gradients_stack_runs_in_nvfuser_with_the_switch(dtype, switch, 
     assert torch.equal(out, qkv_grad(q, k, v))
     assert region_count() == (1 if switch else 0)
     assert ("aten.cat.default" in fused_ops()) == bool(switch)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("switch", [None, ""])
+def test_a_cast_and_transposed_copy_is_one_region_by_default(dtype, switch, monkeypatch):
+    """BERT's eager attention casts its float32 context to the model's dtype, transposes it to
+    [batch, tokens, heads, head_dim] and makes it dense (two kernels in PyTorch). By default
+    (``_to_copy`` in MOVE_KERNELS, Note [Data movement counted as compute]) that is one region,
+    with the switch empty it stays in PyTorch; the values are the same either way."""
+    import os
+
+    from helpers import compile_fn, fused_ops, region_count
+
+    if switch is None:
+        if "NVFUSER_DTENSOR_MOVE_KERNELS" in os.environ:
+            pytest.skip("NVFUSER_DTENSOR_MOVE_KERNELS is set: not the default")
+    else:
+        _move_kernels(monkeypatch, switch)
+
+    def context(ctx):
+        return ctx.to(dtype).transpose(1, 2).contiguous().view(2, 7, 4 * 8)
+
+    ctx = randn(2, 4, 7, 8, dtype=torch.float32)
+    out = compile_fn(context)(ctx)
+    assert out.dtype == dtype and torch.equal(out, context(ctx))
+    assert region_count() == (1 if switch is None else 0)
+    assert ("aten._to_copy.default" in fused_ops()) == (switch is None)
