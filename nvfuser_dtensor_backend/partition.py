@@ -82,20 +82,22 @@ aten = torch.ops.aten
 
 # Note [Data movement counted as compute]: the ops in MOVE_KERNELS count as compute, so that a
 # region made only of them and views is one nvFuser kernel instead of PyTorch's copies (by
-# default ``cat`` and ``_to_copy``; ``NVFUSER_DTENSOR_MOVE_KERNELS`` replaces the list, an A/B
-# switch read at import, empty for none). Measured on one H100 (session 29, kernels per
-# training step, benchmarks/results/session29):
+# default ``cat``; ``NVFUSER_DTENSOR_MOVE_KERNELS`` replaces the list, an A/B switch read at
+# import, empty for none). Measured on one H100 (session 29, kernels per training step,
+# benchmarks/results/session29):
 # - ``cat``: ViT-S/16's backward stacks the q, k and v gradients and permutes them for the qkv
 #   GEMM, PyTorch's ``CatArrayBatchedCopy`` and a copy: 5.04 -> 4.91 ms (inductor 4.58; 4.70
 #   -> 4.58 on the H200 in session 15). GPT-2's backward stacks its qkv gradients the same
 #   way: 5.77 -> 5.75 ms.
 # - ``_to_copy``: BERT's eager attention (bert_dropout) casts its float32 context to bfloat16,
 #   transposes it and makes it dense, a cast and a copy in PyTorch, once per layer in the
-#   forward and again in the backward: 7.72 -> 7.63 ms, 8 launches fewer.
+#   forward and again in the backward: 7.72 -> 7.63 ms, 8 launches fewer. Not the default
+#   yet: its regions' values were not checked on a GPU (the zoo's bert_dropout and T5 rows
+#   with the switch are the next device session's first check).
 # - ``constant_pad_nd`` stays out: GPT-2's pad of the logits' gradient alone took 0.97 ms in
 #   nvFuser against PyTorch's 0.60 ms fill and copy (h200_profiles_switches, session 11).
 MOVE_KERNELS = frozenset(getattr(aten, name).default for name in
-                         filter(None, os.environ.get("NVFUSER_DTENSOR_MOVE_KERNELS", "cat,_to_copy").split(",")))
+                         filter(None, os.environ.get("NVFUSER_DTENSOR_MOVE_KERNELS", "cat").split(",")))
 
 
 def _compute_nodes(nodes) -> int:

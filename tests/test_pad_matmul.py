@@ -216,21 +216,15 @@ def test_the_qkv_gradients_stack_runs_in_nvfuser_with_the_switch(dtype, switch, 
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("switch", [None, ""])
-def test_a_cast_and_transposed_copy_is_one_region_by_default(dtype, switch, monkeypatch):
+@pytest.mark.parametrize("switch", ["", "_to_copy"])
+def test_a_cast_and_transposed_copy_is_one_region_with_the_switch(dtype, switch, monkeypatch):
     """BERT's eager attention casts its float32 context to the model's dtype, transposes it to
-    [batch, tokens, heads, head_dim] and makes it dense (two kernels in PyTorch). By default
-    (``_to_copy`` in MOVE_KERNELS, Note [Data movement counted as compute]) that is one region,
-    with the switch empty it stays in PyTorch; the values are the same either way."""
-    import os
-
+    [batch, tokens, heads, head_dim] and makes it dense (two kernels in PyTorch). With
+    ``_to_copy`` in NVFUSER_DTENSOR_MOVE_KERNELS (Note [Data movement counted as compute]) that
+    is one region; the values are the same either way."""
     from helpers import compile_fn, fused_ops, region_count
 
-    if switch is None:
-        if "NVFUSER_DTENSOR_MOVE_KERNELS" in os.environ:
-            pytest.skip("NVFUSER_DTENSOR_MOVE_KERNELS is set: not the default")
-    else:
-        _move_kernels(monkeypatch, switch)
+    _move_kernels(monkeypatch, switch)
 
     def context(ctx):
         return ctx.to(dtype).transpose(1, 2).contiguous().view(2, 7, 4 * 8)
@@ -238,5 +232,16 @@ def test_a_cast_and_transposed_copy_is_one_region_by_default(dtype, switch, monk
     ctx = randn(2, 4, 7, 8, dtype=torch.float32)
     out = compile_fn(context)(ctx)
     assert out.dtype == dtype and torch.equal(out, context(ctx))
-    assert region_count() == (1 if switch is None else 0)
-    assert ("aten._to_copy.default" in fused_ops()) == (switch is None)
+    assert region_count() == (1 if switch else 0)
+    assert ("aten._to_copy.default" in fused_ops()) == bool(switch)
+
+
+def test_cat_is_the_default_data_movement_counted_as_compute():
+    """Note [Data movement counted as compute]: ``cat`` alone unless the switch is set."""
+    import os
+
+    from nvfuser_dtensor_backend import partition
+
+    if "NVFUSER_DTENSOR_MOVE_KERNELS" in os.environ:
+        pytest.skip("NVFUSER_DTENSOR_MOVE_KERNELS is set")
+    assert partition.MOVE_KERNELS == {torch.ops.aten.cat.default}
