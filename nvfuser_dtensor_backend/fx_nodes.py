@@ -1,7 +1,8 @@
 """What the graph rewrites before partitioning (pad_matmul.py, early_gather.py,
 one_hot_sum.py, dense_stack.py, padded_rows.py, cpu_constants.py) share: a node's
-recorded value, a new node recorded with its own, the random-op test, the one-index-per-row test of a gather
-or scatter, the dtype-only cast test, the reshape ops, and the tidy-up after a rewrite."""
+recorded value, a new node recorded with its own, the random-op test (partition.py and
+cuda_graphs.py use it too), the one-index-per-row test of a gather or scatter, the
+dtype-only cast test, the reshape ops, and the tidy-up after a rewrite."""
 
 from __future__ import annotations
 
