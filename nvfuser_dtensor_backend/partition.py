@@ -96,8 +96,12 @@ aten = torch.ops.aten
 #   with the switch are the next device session's first check).
 # - ``constant_pad_nd`` stays out: GPT-2's pad of the logits' gradient alone took 0.97 ms in
 #   nvFuser against PyTorch's 0.60 ms fill and copy (h200_profiles_switches, session 11).
-MOVE_KERNELS = frozenset(getattr(aten, name).default for name in
-                         filter(None, os.environ.get("NVFUSER_DTENSOR_MOVE_KERNELS", "cat").split(",")))
+def move_kernels(names: str) -> frozenset:
+    """The aten ops named in ``names`` (comma-separated, as NVFUSER_DTENSOR_MOVE_KERNELS)."""
+    return frozenset(getattr(aten, name).default for name in filter(None, names.split(",")))
+
+
+MOVE_KERNELS = move_kernels(os.environ.get("NVFUSER_DTENSOR_MOVE_KERNELS", "cat"))
 
 
 def _compute_nodes(nodes) -> int:

@@ -174,8 +174,7 @@ def _move_kernels(monkeypatch, switch: str) -> None:
     """partition.MOVE_KERNELS as NVFUSER_DTENSOR_MOVE_KERNELS=switch would set it."""
     from nvfuser_dtensor_backend import partition
 
-    monkeypatch.setattr(partition, "MOVE_KERNELS", frozenset(getattr(torch.ops.aten, n).default
-                                                            for n in filter(None, switch.split(","))))
+    monkeypatch.setattr(partition, "MOVE_KERNELS", partition.move_kernels(switch))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
