@@ -219,8 +219,8 @@ def test_the_qkv_gradients_stack_runs_in_nvfuser_with_the_switch(dtype, switch, 
 def test_a_cast_and_transposed_copy_is_one_region_with_the_switch(dtype, switch, monkeypatch):
     """BERT's eager attention casts its float32 context to the model's dtype, transposes it to
     [batch, tokens, heads, head_dim] and makes it dense (two kernels in PyTorch). With
-    ``_to_copy`` in NVFUSER_DTENSOR_MOVE_KERNELS (Note [Data movement counted as compute]) that
-    is one region; the values are the same either way."""
+    ``_to_copy`` in NVFUSER_DTENSOR_MOVE_KERNELS (the default; Note [Data movement counted as
+    compute]) that is one region; the values are the same either way."""
     from helpers import compile_fn, fused_ops, region_count
 
     _move_kernels(monkeypatch, switch)
@@ -235,12 +235,12 @@ def test_a_cast_and_transposed_copy_is_one_region_with_the_switch(dtype, switch,
     assert ("aten._to_copy.default" in fused_ops()) == bool(switch)
 
 
-def test_cat_is_the_default_data_movement_counted_as_compute():
-    """Note [Data movement counted as compute]: ``cat`` alone unless the switch is set."""
+def test_cat_and_to_copy_are_the_default_data_movement_counted_as_compute():
+    """Note [Data movement counted as compute]: ``cat`` and ``_to_copy`` unless the switch is set."""
     import os
 
     from nvfuser_dtensor_backend import partition
 
     if "NVFUSER_DTENSOR_MOVE_KERNELS" in os.environ:
         pytest.skip("NVFUSER_DTENSOR_MOVE_KERNELS is set")
-    assert partition.MOVE_KERNELS == {torch.ops.aten.cat.default}
+    assert partition.MOVE_KERNELS == {torch.ops.aten.cat.default, torch.ops.aten._to_copy.default}

@@ -62,25 +62,17 @@ def native_layer_norm(ctx, x, normalized_shape, weight, bias, eps):
 # gradient's kernel. Measured on the H200 (one model at a time, kernels per training step):
 # ViT-S/16 4.75 ms against 5.04 ms with the single kernel, GPT-2 5.80 ms against 5.87 ms
 # (benchmarks/results/h200_profiles_ln_backward). NVFUSER_DTENSOR_LN_BACKWARD=whole brings
-# the single kernel back for A/B runs; it is not a user setting. NVFUSER_DTENSOR_LN_BACKWARD=staged
-# (A/B, session 30) also sums the columns in two stages, the inner outer dims first (ViT-S/16's
-# [32, 197, 384]: 197 rows for each of 32 x 384 partial sums, then 32 rows): nvFuser's single
-# column sum over all 6304 rows took 13 us per call there against inductor's split reduction.
+# the single kernel back for A/B runs; it is not a user setting. Summing the columns in two
+# stages instead (the sequence first, then the batch) gained nothing on one H100 in session 30:
+# ViT-S/16 4.91 ms against 4.89 (a 0.26 ms first stage and two 0.04 ms second stages for 25
+# calls, against 0.32 ms for the single column sums; benchmarks/results/session30).
 LN_BACKWARD = os.environ.get("NVFUSER_DTENSOR_LN_BACKWARD", "split")
-
-
-def _column_sum(ctx, t, outer):
-    """``t`` summed over the ``outer`` dims; in two stages under LN_BACKWARD=staged."""
-    if LN_BACKWARD == "staged" and len(outer) > 1:
-        t = sum_of(ctx, t, outer[1:])
-        outer = outer[:1]
-    return sum_of(ctx, t, outer)
 
 
 @translator(aten.native_layer_norm_backward.default)
 def native_layer_norm_backward(ctx, grad_out, x, normalized_shape, mean, rstd, weight, bias, output_mask):
     wants_sums = (output_mask[1] and weight is not None) or (output_mask[2] and bias is not None)
-    if LN_BACKWARD in ("split", "staged") and output_mask[0] and wants_sums:
+    if LN_BACKWARD == "split" and output_mask[0] and wants_sums:
         sums_in = [upcast(ctx, ctx.ops.segment_set(t)) for t in (grad_out, x, mean, rstd)]
     else:
         sums_in = None
@@ -103,9 +95,9 @@ def native_layer_norm_backward(ctx, grad_out, x, normalized_shape, mean, rstd, w
         x_hat = ctx.ops.mul(ctx.ops.sub(x, mean), rstd)
     # NOTE: like aten's decomposition, no weight/bias gradient when weight/bias is None.
     if output_mask[1] and weight is not None:
-        grad_weight = _column_sum(ctx, ctx.ops.mul(grad_out, x_hat), outer)
+        grad_weight = sum_of(ctx, ctx.ops.mul(grad_out, x_hat), outer)
     if output_mask[2] and bias is not None:
-        grad_bias = _column_sum(ctx, grad_out, outer)
+        grad_bias = sum_of(ctx, grad_out, outer)
     return grad_input, grad_weight, grad_bias
 
 

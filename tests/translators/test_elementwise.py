@@ -664,9 +664,18 @@ def test_copy_ops():
                                       "aten.clone.default", "prims.convert_element_type.default"))
 
 
-def test_copy_only_region_stays_in_pytorch():
+@pytest.mark.parametrize("move_kernels", ["", "cat,_to_copy"])
+def test_copy_only_region_stays_in_pytorch(move_kernels, monkeypatch):
+    # a clone alone is never compute; a cast is when ``_to_copy`` is in partition.MOVE_KERNELS
+    # (the default, Note [Data movement counted as compute]), and the clone beside it joins
+    # its region; the values are the same either way
+    from nvfuser_dtensor_backend import partition
+
+    monkeypatch.setattr(partition, "MOVE_KERNELS", partition.move_kernels(move_kernels))
     x = randn(4, 8)
     check_aten(lambda x: (aten.clone.default(x), aten._to_copy.default(x, dtype=torch.float16)), x)
+    assert fused_ops() == (["aten.clone.default", "aten._to_copy.default"] if move_kernels else [])
+    check_aten(lambda x: aten.clone.default(x), x)
     assert fused_ops() == []
 
 

@@ -270,12 +270,11 @@ for dtype in (torch.float32, torch.bfloat16):
     check_parity(lambda x, w, b: F.layer_norm(x * 2, (24,), w, b) * 3, x, w, b, backward=True, dump_dir=dump,
                  scale=1.0 if dtype == torch.float32 else 8.0)  # bf16 column sums over 30 rows, eager's in bf16
 text = "".join(p.read_text() for p in pathlib.Path(dump).glob("backward*.py"))
-staged = "dims=[0, 1]" not in text  # the column sums over (batch, sequence) in one op, or in two stages
-print(("staged" if staged else "split") if "SegmenterSet" in text else "whole")
+print("split" if "SegmenterSet" in text else "whole")
 """
 
 
-@pytest.mark.parametrize("mode", ["whole", "split", "staged"])
+@pytest.mark.parametrize("mode", ["whole", "split"])
 def test_layer_norm_backward_switch(mode):
     # normalization.LN_BACKWARD, the H200 A/B switch of Note [LayerNorm backward in two
     # kernels]: read at import, so each mode runs in a process of its own
