@@ -2,13 +2,15 @@
 zoo model, on the CPU stand-in (``scripts/cpu_runner_zoo.py``, whose arguments it takes).
 
     python scripts/cpu_runner_copies.py --models llama [--size real] [--accumulate]
-    NVFUSER_DTENSOR_TANGENTS_IN_PLACE=1 python scripts/cpu_runner_copies.py --models llama --tangent-bytes 1024
+    python scripts/cpu_runner_copies.py --models llama --tangent-bytes 1024
+    NVFUSER_DTENSOR_TANGENTS_IN_PLACE=0 python scripts/cpu_runner_copies.py --models llama --tangent-bytes 1024
 
 Each replay prints ``REPLAY copies=[(input index, shape, dtype, strides), ...]``, the outputs
 it clones and the storages it rebuilds. ``--tangent-bytes`` lowers the size from which
-``NVFUSER_DTENSOR_TANGENTS_IN_PLACE=1`` reads a backward's tangents in place (Note [Tangents
-read in place]), so that tiny models show what real ones do (session 29: the logits' tangent
-of Llama's backward, copied on every replay by default, is read in place with it).
+a backward reads its tangents in place (Note [Tangents read in place], the default since
+session 30; ``NVFUSER_DTENSOR_TANGENTS_IN_PLACE=0`` copies them), so that tiny models show
+what real ones do (session 29: the logits' tangent of Llama's backward, copied on every
+replay then, is read in place).
 """
 
 from __future__ import annotations
