@@ -75,27 +75,27 @@ bounds the keys a runner remembers.
 
 Note [Tangents read in place]
 A backward's tangents are inputs made anew for every call, so they are copied into the
-recording's buffers, like any input that is not a parameter. One of them costs a whole step
-its size twice: Hugging Face models that compute their loss in the graph and also return the
-logits get, from autograd, a zeros gradient for the logits (AOTAutograd's function
-materializes the gradients of outputs nobody differentiates), and the copy read and wrote it
-again (412 MB each way for RoBERTa and BART at 8 x 512 tokens in bf16, 250 MB for BERT), while
-its buffer stayed reserved beside the pool. So (by default since session 30;
+recording's buffers, like any input that is not a parameter. One of them costs a whole step its
+size twice: Hugging Face models that compute their loss in the graph and also return the logits
+get, from autograd, a zeros gradient for the logits (AOTAutograd's function materializes the
+gradients of outputs nobody differentiates), and the copy read and wrote it again (412 MB each
+way for RoBERTa and BART at 8 x 512 tokens in bf16, 250 MB for BERT), while its buffer stayed
+reserved beside the pool. So (by default since session 30;
 ``NVFUSER_DTENSOR_TANGENTS_IN_PLACE=0`` is the A/B switch, read at import) a backward's tensor
-inputs of ``TANGENT_IN_PLACE_FROM_BYTES`` or more are read where they lie, keyed by their address like the saved values (``steady`` in
-the recording): in a training loop autograd makes the same allocations in the same order
-every step, so the caching allocator hands the tangent the same block and the recording
-replays. The first steps' allocations differ from the later ones', though (on the CPU
-stand-in the tangent of BERT's first recording never came back there, and that recording
-held 200 MB for nothing), so a backward records only when its tangents lie where they lay in
-its previous slow call (one that the per-call key check did not replay), and runs uncaptured
-otherwise, ``TANGENT_WAITS`` times at most. A tangent at
-another address finds no recording and gets one more, again read in place (gradient
-accumulation may alternate two addresses). Once recordings have read
-a tangent in place at ``STEADY_ADDRESSES`` addresses, a tangent at yet another one is copied
-by the next recording, which then replays for any address: a loop whose tangents keep moving
-costs two recordings more, never one per address. Inputs whose rows lie further apart than
-their length keep being copied (``_buffer_like`` keeps their padding).
+inputs of ``TANGENT_IN_PLACE_FROM_BYTES`` or more are read where they lie, keyed by their
+address like the saved values (``steady`` in the recording): in a training loop autograd makes
+the same allocations in the same order every step, so the caching allocator hands the tangent
+the same block and the recording replays. The first steps' allocations differ from the later
+ones', though (on the CPU stand-in the tangent of BERT's first recording never came back there,
+and that recording held 200 MB for nothing), so a backward records only when its tangents lie
+where they lay in its previous slow call (one that the per-call key check did not replay), and
+runs uncaptured otherwise, ``TANGENT_WAITS`` times at most. A tangent at another address finds
+no recording and gets one more, again read in place (gradient accumulation may alternate two
+addresses). Once recordings have read a tangent in place at ``STEADY_ADDRESSES`` addresses, a
+tangent at yet another one is copied by the next recording, which then replays for any address:
+a loop whose tangents keep moving costs two recordings more, never one per address. Inputs
+whose rows lie further apart than their length keep being copied (``_buffer_like`` keeps their
+padding).
 
 Which recordings may replay, given what a replay writes, and the recordings themselves:
 cuda_graph_memory.py (Note [Memory a replay writes]).

@@ -64,6 +64,14 @@ def fused_ops() -> list[str]:
     return [op for r in nb.reports() for ops in r.partition.regions for op in ops]
 
 
+def set_move_kernels(monkeypatch, switch: str) -> None:
+    """partition.MOVE_KERNELS as NVFUSER_DTENSOR_MOVE_KERNELS=switch would set it (Note [Data
+    movement counted as compute])."""
+    from nvfuser_dtensor_backend import partition
+
+    monkeypatch.setattr(partition, "MOVE_KERNELS", partition.move_kernels(switch))
+
+
 def region_count(kind: str | None = None) -> int:
     return sum(len(r.partition.regions) for r in nb.reports() if kind in (None, r.kind))
 

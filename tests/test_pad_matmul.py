@@ -170,22 +170,15 @@ def test_sliced_product_is_copied_when_a_view_needs_it_dense(dtype, padded_graph
     assert "aten.clone" in padded_graphs[-1][1]
 
 
-def _move_kernels(monkeypatch, switch: str) -> None:
-    """partition.MOVE_KERNELS as NVFUSER_DTENSOR_MOVE_KERNELS=switch would set it."""
-    from nvfuser_dtensor_backend import partition
-
-    monkeypatch.setattr(partition, "MOVE_KERNELS", partition.move_kernels(switch))
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("switch", ["", "constant_pad_nd", "constant_pad_nd,cat"])
 def test_a_region_of_only_a_pad_runs_in_nvfuser_with_the_switch(dtype, switch, monkeypatch):
     """NVFUSER_DTENSOR_MOVE_KERNELS (partition.MOVE_KERNELS, an A/B switch): the pad of a
     gradient to an aligned width, alone in its region, runs as an nvFuser pad when the switch
     names it; by default it stays in PyTorch. The values are the same either way."""
-    from helpers import compile_fn, region_count
+    from helpers import compile_fn, region_count, set_move_kernels
 
-    _move_kernels(monkeypatch, switch)
+    set_move_kernels(monkeypatch, switch)
     g = randn(37, 1001, dtype=dtype)
     f = compile_fn(lambda g: torch.nn.functional.pad(g, (0, 7)))
     out = f(g)
@@ -200,9 +193,9 @@ def test_the_qkv_gradients_stack_runs_in_nvfuser_with_the_switch(dtype, switch, 
     permutes them to [batch, tokens, 3, heads, head_dim] and makes that dense for the qkv GEMM.
     With ``cat`` in NVFUSER_DTENSOR_MOVE_KERNELS (the default) that is one region; the values
     are the same."""
-    from helpers import compile_fn, fused_ops, region_count
+    from helpers import compile_fn, fused_ops, region_count, set_move_kernels
 
-    _move_kernels(monkeypatch, switch)
+    set_move_kernels(monkeypatch, switch)
 
     def qkv_grad(q, k, v):
         return torch.stack([q, k, v]).permute(1, 3, 0, 2, 4).reshape(4 * 7, 3 * 2 * 8)
@@ -221,9 +214,9 @@ def test_a_cast_and_transposed_copy_is_one_region_with_the_switch(dtype, switch,
     [batch, tokens, heads, head_dim] and makes it dense (two kernels in PyTorch). With
     ``_to_copy`` in NVFUSER_DTENSOR_MOVE_KERNELS (the default; Note [Data movement counted as
     compute]) that is one region; the values are the same either way."""
-    from helpers import compile_fn, fused_ops, region_count
+    from helpers import compile_fn, fused_ops, region_count, set_move_kernels
 
-    _move_kernels(monkeypatch, switch)
+    set_move_kernels(monkeypatch, switch)
 
     def context(ctx):
         return ctx.to(dtype).transpose(1, 2).contiguous().view(2, 7, 4 * 8)

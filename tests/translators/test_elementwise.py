@@ -26,7 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 import nvfuser_dtensor_backend as nb
-from helpers import DEVICE, assert_close, check_parity, fused_ops, randn
+from helpers import DEVICE, assert_close, check_parity, fused_ops, randn, set_move_kernels
 from nvfuser_dtensor_backend.region import NvFuserFallbackWarning
 
 aten = torch.ops.aten
@@ -665,13 +665,11 @@ def test_copy_ops():
 
 
 @pytest.mark.parametrize("move_kernels", ["", "cat,_to_copy"])
-def test_copy_only_region_stays_in_pytorch(move_kernels, monkeypatch):
+def test_copies_alone_run_in_nvfuser_only_when_counted_as_compute(move_kernels, monkeypatch):
     # a clone alone is never compute; a cast is when ``_to_copy`` is in partition.MOVE_KERNELS
     # (the default, Note [Data movement counted as compute]), and the clone beside it joins
     # its region; the values are the same either way
-    from nvfuser_dtensor_backend import partition
-
-    monkeypatch.setattr(partition, "MOVE_KERNELS", partition.move_kernels(move_kernels))
+    set_move_kernels(monkeypatch, move_kernels)
     x = randn(4, 8)
     check_aten(lambda x: (aten.clone.default(x), aten._to_copy.default(x, dtype=torch.float16)), x)
     assert fused_ops() == (["aten.clone.default", "aten._to_copy.default"] if move_kernels else [])
