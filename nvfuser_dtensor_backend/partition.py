@@ -236,6 +236,50 @@ def _replay_input_free_outside(p, graph: fx.Graph) -> bool:
     return replayed
 
 
+# Note [Input-free inputs made inside]
+# The other half of Note [Input-free outputs]: a region that reads a value made from no input
+# (the zeros a slice's backward scatters into, a mask) gets it from PyTorch, one fill kernel
+# per step and a read of it inside the region, when that value was made outside the region or
+# replayed outside for it. Llama's backward reads a zeros tensor of the rotary embedding's
+# shape in each layer's region (the CPU stand-in's graph: ``aten.full`` outside every region);
+# on one H100 its step had four bf16 fills, 0.10 ms (session 30). With
+# ``NVFUSER_DTENSOR_INPUT_FREE_INSIDE=1`` (an A/B switch, read at import; off until a GPU run
+# checks it) each region makes such a value itself from a private copy of the nodes that make
+# it, which it never outputs; the copy outside is left to the regions' other readers, or
+# erased when nothing reads it any more.
+INPUT_FREE_INSIDE = env_flag("NVFUSER_DTENSOR_INPUT_FREE_INSIDE")
+
+
+def _make_input_free_inside(partitions: list, graph: fx.Graph, support) -> None:
+    fused = {n for p in partitions for n in p.nodes}
+    free: dict[fx.Node, bool] = {}
+
+    def input_free(node: fx.Node) -> bool:
+        if node not in free:
+            free[node] = (node.op == "call_function" and node not in fused and _deterministic(node)
+                          and support.is_node_supported({}, node)
+                          and all(input_free(a) for a in node.all_input_nodes))
+        return free[node]
+
+    for p in partitions:
+        memo: dict[fx.Node, fx.Node] = {}
+        for user in [n for n in graph.nodes if n in p.nodes]:
+            def copy_in(node: fx.Node, user=user) -> fx.Node:  # ancestors first, before the first reader
+                if node not in memo:
+                    args, kwargs = fx.node.map_arg((node.args, node.kwargs), copy_in)
+                    with graph.inserting_before(user):
+                        memo[node] = graph.call_function(node.target, args, kwargs)
+                    memo[node].meta = dict(node.meta)
+                    p.add_node(memo[node])
+                return memo[node]
+
+            for a in [a for a in user.all_input_nodes if input_free(a)]:
+                user.replace_input_with(a, copy_in(a))
+    for node in reversed(list(free)):  # readers before what they read
+        if free[node] and not node.users:
+            graph.erase_node(node)
+
+
 # Note [One matmul per region]
 # With ``fuse_matmul``, nearly every node of a transformer is supported, so the partitioner
 # proposed one region for most of a graph (BERT's training step: 3 regions). nvFuser
@@ -471,6 +515,8 @@ def partition(
             kept.append(p)
         else:
             report.small += 1
+    if INPUT_FREE_INSIDE and replay_input_free:
+        _make_input_free_inside(kept, gm.graph, support)
     for node, reason in support.unsupported.items():
         report.unsupported[reason] += 1
     if not kept:

@@ -190,6 +190,31 @@ def test_input_free_values_used_outside_are_made_outside():
     check_parity(f, torch.randn(2, 8, 8))
 
 
+@pytest.mark.parametrize("inside", [False, True])
+def test_input_free_values_read_by_regions_are_made_inside_with_the_switch(inside, monkeypatch):
+    # Note [Input-free inputs made inside]: the zeros two regions read (Llama's rotary
+    # backward's slice_backward, once per layer) are made in PyTorch for the second region
+    # by default, and by each region itself with NVFUSER_DTENSOR_INPUT_FREE_INSIDE=1
+    from nvfuser_dtensor_backend import partition as partition_module
+
+    monkeypatch.setattr(partition_module, "INPUT_FREE_INSIDE", inside)
+
+    def f(x):
+        z = torch.zeros(4, 8) + 1.5  # made from nothing, read by both regions
+        a = torch.cumsum(x * 2 + z, 0)  # cumsum runs in PyTorch: the regions around it are two
+        return torch.cumsum(a.tanh() * z, 1)
+
+    gm = _traced(f, torch.randn(4, 8))
+    fused, names, report = partition(gm)
+    assert len(names) == 2
+    outside = [n.target for n in fused.graph.nodes if n.op == "call_function"
+               and not str(n.target).startswith("nvfuser_region_")]
+    made_outside = [t for t in outside if t in (torch.ops.aten.zeros.default, torch.ops.aten.add.Tensor)]
+    assert made_outside == ([] if inside else [torch.ops.aten.zeros.default, torch.ops.aten.add.Tensor])
+    assert [ops.count("aten.zeros.default") for ops in report.regions] == ([1, 1] if inside else [1, 0])
+    check_parity(f, randn(4, 8))
+
+
 @pytest.mark.parametrize("reduce", [
     lambda y: y.mean(-1), lambda y: y.sum(-1)[..., 1:], lambda y: y.var(-1),
     lambda y: torch.nn.functional.layer_norm(y, (5,)), lambda y: y.mean((-1, -2), keepdim=True)])
