@@ -15,6 +15,8 @@ import functools
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
+from . import patch_convolution
+
 aten = torch.ops.aten
 
 # Ops that core aten would decompose but that have a translator of their own.
@@ -77,6 +79,11 @@ def _convolution_bias_apart(input, weight, bias, stride, padding, dilation, tran
     return out + bias.view(1, -1, *([1] * (out.dim() - 2)))
 
 
+def _patches_or_bias_apart(*args):
+    out = patch_convolution.convolution(*args)
+    return _convolution_bias_apart(*args) if out is NotImplemented else out
+
+
 @functools.cache
 def decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
@@ -90,4 +97,7 @@ def decomposition_table() -> dict:
     table[aten._log_softmax_backward_data.default] = _over_wide_rows(
         decompositions._log_softmax_backward_data, 1)  # (grad, output, dim, ...)
     table[aten.convolution.default] = _convolution_bias_apart
+    if patch_convolution.ON:  # Note [Patch convolutions as matrix products]
+        table[aten.convolution.default] = _patches_or_bias_apart
+        table[aten.convolution_backward.default] = patch_convolution.convolution_backward
     return table
