@@ -250,9 +250,21 @@ def _replay_input_free_outside(p, graph: fx.Graph) -> bool:
 INPUT_FREE_INSIDE = env_flag("NVFUSER_DTENSOR_INPUT_FREE_INSIDE")
 
 
+def _copy_into(p, graph: fx.Graph, node: fx.Node, before: fx.Node, made: dict) -> fx.Node:
+    """A copy of ``node`` and of its ancestors in ``p``, before ``before`` (``made``: the copies
+    so far, original -> copy)."""
+    if node not in made:
+        args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda a: _copy_into(p, graph, a, before, made))
+        with graph.inserting_before(before):
+            made[node] = graph.call_function(node.target, args, kwargs)
+        made[node].meta = dict(node.meta)
+        p.add_node(made[node])
+    return made[node]
+
+
 def _make_input_free_inside(partitions: list, graph: fx.Graph, support) -> None:
     fused = {n for p in partitions for n in p.nodes}
-    free: dict[fx.Node, bool] = {}
+    free: dict[fx.Node, bool] = {}  # filled inputs first
 
     def input_free(node: fx.Node) -> bool:
         if node not in free:
@@ -262,19 +274,10 @@ def _make_input_free_inside(partitions: list, graph: fx.Graph, support) -> None:
         return free[node]
 
     for p in partitions:
-        memo: dict[fx.Node, fx.Node] = {}
-        for user in [n for n in graph.nodes if n in p.nodes]:
-            def copy_in(node: fx.Node, user=user) -> fx.Node:  # ancestors first, before the first reader
-                if node not in memo:
-                    args, kwargs = fx.node.map_arg((node.args, node.kwargs), copy_in)
-                    with graph.inserting_before(user):
-                        memo[node] = graph.call_function(node.target, args, kwargs)
-                    memo[node].meta = dict(node.meta)
-                    p.add_node(memo[node])
-                return memo[node]
-
-            for a in [a for a in user.all_input_nodes if input_free(a)]:
-                user.replace_input_with(a, copy_in(a))
+        made: dict[fx.Node, fx.Node] = {}
+        for reader in [n for n in graph.nodes if n in p.nodes]:  # the first reader comes first
+            for a in [a for a in reader.all_input_nodes if input_free(a)]:
+                reader.replace_input_with(a, _copy_into(p, graph, a, reader, made))
     for node in reversed(list(free)):  # readers before what they read
         if free[node] and not node.users:
             graph.erase_node(node)
