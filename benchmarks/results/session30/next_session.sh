@@ -8,6 +8,7 @@
 # - NVFUSER_DTENSOR_PATCH_CONV_AS_MM=1 (Note [Patch convolutions as matrix products]): ViT-S/16
 #   and ConvNeXt-T, training and inference; ViT's kernels (its patch embedding 0.34 ms).
 nvidia-smi -L
+timeout 120 python3 -m pytest -q -p no:cacheprovider $(tail -2 scripts/gpu_tests.txt) > $OUT/switch_tests.log 2>&1; tail -1 $OUT/switch_tests.log
 NVFUSER_DTENSOR_INPUT_FREE_INSIDE=1 timeout 270 python3 -m benchmarks.models --device cuda --dtype bfloat16 --size real --jobs 3 \
   --models llama,mistral,qwen2,phi,t5,bart,resnet18 --modes train --timeout-s 255 --warmup 3 --iters 10 --backends nvfuser_dtensor \
   --out $OUT/zoo_input_free > $OUT/zoo_input_free.log 2>&1 &
