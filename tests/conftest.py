@@ -24,6 +24,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture
+def cudnn_without_tf32():
+    """float32 convolutions in full float32 on the GPU: cuDNN's default TF32 rounds to about
+    1e-3 (an NHWC and an NCHW convolution round apart), far past float32's tolerance. Through
+    ``flags()``, the other cuDNN settings kept: other tests' imports may have frozen the global
+    cuDNN flags (torch.backends.disable_global_flags)."""
+    cudnn = torch.backends.cudnn
+    with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                     allow_tf32=False):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -23,13 +23,11 @@ from nvfuser_dtensor_backend.options import Options, OptionsError
 
 
 @pytest.fixture(autouse=True)
-def _on_cuda_too(monkeypatch):
+def _on_cuda_too(monkeypatch, cudnn_without_tf32):
     """These tests check the rewrite itself, also on the GPU, where the backend refuses it
     unless asked by the GPU checks (Note [Channels-last convolutions]; the refusal has its
-    own test). float32 convolutions in full float32 on the GPU: with cuDNN's default TF32 an
-    NHWC and an NCHW convolution round differently (about 1e-3), far past float32's tolerance."""
+    own test). float32 convolutions in full float32 on the GPU (``cudnn_without_tf32``)."""
     monkeypatch.setattr(channels_last, "ON_CUDA", True)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
 
 DTYPES = [torch.float32, torch.bfloat16]
 

@@ -10,11 +10,7 @@ import torch.nn.functional as F
 
 from helpers import check_parity, fused_ops, randn
 
-
-@pytest.fixture(autouse=True)
-def _no_tf32(monkeypatch):
-    """float32 convolutions in full float32 on the GPU (cuDNN's default TF32 rounds to 1e-3)."""
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+pytestmark = pytest.mark.usefixtures("cudnn_without_tf32")
 
 
 CONVS = {

@@ -132,14 +132,13 @@ def test_which_copies_are_grouped(case, grouped):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
-def test_updates_in_real_cuda_graphs(channels_last, monkeypatch):
+def test_updates_in_real_cuda_graphs(channels_last, monkeypatch, cudnn_without_tf32):
     """On the GPU: the grouped updates captured in a real CUDA graph write the buffers on every
     replay (the forward is recorded in the second step). Channels-last is off on CUDA unless
     the GPU checks ask for it (Note [Channels-last convolutions]); this asks."""
     from nvfuser_dtensor_backend import channels_last as nhwc
 
     monkeypatch.setattr(nhwc, "ON_CUDA", True)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # NHWC and NCHW TF32 convolutions round apart
     model = _bn_net()
     ref = copy.deepcopy(model)
     nb.cuda_graph_stats(clear=True)

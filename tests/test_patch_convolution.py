@@ -11,6 +11,8 @@ import torch.nn.functional as F
 import nvfuser_dtensor_backend as nb
 from helpers import check_parity, randn
 
+pytestmark = pytest.mark.usefixtures("cudnn_without_tf32")  # matrix products are full float32 by default
+
 
 @pytest.fixture
 def patch_conv(monkeypatch):
@@ -20,15 +22,6 @@ def patch_conv(monkeypatch):
     decompositions.decomposition_table.cache_clear()
     yield
     decompositions.decomposition_table.cache_clear()  # rebuilt at its next use, after monkeypatch's undo
-
-
-@pytest.fixture(autouse=True)
-def _no_tf32():
-    """float32 convolutions in full float32 on the GPU (cuDNN's default TF32 rounds to 1e-3;
-    matrix products are full float32 by default). A context manager: an earlier test may have
-    frozen the global cuDNN flags (torch.backends.disable_global_flags)."""
-    with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False):
-        yield
 
 
 def _unsupported_ops() -> set[str]:
