@@ -262,7 +262,7 @@ def _copy_into(p, graph: fx.Graph, node: fx.Node, before: fx.Node, made: dict) -
     return made[node]
 
 
-def _make_input_free_inside(partitions: list, graph: fx.Graph, support) -> None:
+def _make_input_free_inside(partitions: list, graph: fx.Graph, support, order: dict[fx.Node, int]) -> None:
     fused = {n for p in partitions for n in p.nodes}
     free: dict[fx.Node, bool] = {}  # filled inputs first
 
@@ -275,7 +275,7 @@ def _make_input_free_inside(partitions: list, graph: fx.Graph, support) -> None:
 
     for p in partitions:
         made: dict[fx.Node, fx.Node] = {}
-        for reader in [n for n in graph.nodes if n in p.nodes]:  # the first reader comes first
+        for reader in sorted(p.nodes, key=order.__getitem__):  # the first reader comes first
             for a in [a for a in reader.all_input_nodes if input_free(a)]:
                 reader.replace_input_with(a, _copy_into(p, graph, a, reader, made))
     for node in reversed(list(free)):  # readers before what they read
@@ -519,7 +519,7 @@ def partition(
         else:
             report.small += 1
     if INPUT_FREE_INSIDE and replay_input_free:
-        _make_input_free_inside(kept, gm.graph, support)
+        _make_input_free_inside(kept, gm.graph, support, order)
     for node, reason in support.unsupported.items():
         report.unsupported[reason] += 1
     if not kept:

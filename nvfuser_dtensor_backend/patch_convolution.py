@@ -26,9 +26,9 @@ aten = torch.ops.aten
 ON = env_flag("NVFUSER_DTENSOR_PATCH_CONV_AS_MM")  # Note [Patch convolutions as matrix products]
 
 
-def _patch_size(weight, stride, padding, dilation, transposed, output_padding, groups) -> int | None:
-    """k where the convolution is a 2-d one with a k x k kernel at stride k and nothing else."""
-    if transposed or groups != 1 or weight.dim() != 4:
+def _patch_size(input, weight, stride, padding, dilation, transposed, output_padding, groups) -> int | None:
+    """k where the convolution is a batched 2-d one with a k x k kernel at stride k and nothing else."""
+    if transposed or groups != 1 or weight.dim() != 4 or input.dim() != 4:
         return None
     k = weight.shape[-1]
     if (weight.shape[-2] != k or list(stride) != [k, k] or any(padding) or list(dilation) != [1, 1]
@@ -46,8 +46,8 @@ def _patches(x, k: int):
 
 
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    k = _patch_size(weight, stride, padding, dilation, transposed, output_padding, groups)
-    if k is None or input.dim() != 4:
+    k = _patch_size(input, weight, stride, padding, dilation, transposed, output_padding, groups)
+    if k is None:
         return NotImplemented
     n, _, h, w = input.shape
     ho, wo = h // k, w // k
@@ -59,8 +59,8 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
 
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
                          output_padding, groups, output_mask):
-    k = _patch_size(weight, stride, padding, dilation, transposed, output_padding, groups)
-    if k is None or input.dim() != 4:
+    k = _patch_size(input, weight, stride, padding, dilation, transposed, output_padding, groups)
+    if k is None:
         return NotImplemented
     n, c, h, w = input.shape
     o, ho, wo = grad_output.shape[1], grad_output.shape[2], grad_output.shape[3]
