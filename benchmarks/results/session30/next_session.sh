@@ -17,8 +17,8 @@ NVFUSER_DTENSOR_PATCH_CONV_AS_MM=1 timeout 270 python3 -m benchmarks.models --de
   --out $OUT/zoo_patch_conv > $OUT/zoo_patch_conv.log 2>&1 &
 wait
 for arm in input_free patch_conv; do python3 scripts/zoo_table.py $OUT/zoo_$arm/results.json | grep -E "^\| " | head -10; done
-timeout 70 python3 scripts/gpu_top_kernels.py llama --backends nvfuser_dtensor --top 30 > $OUT/top_llama.log 2>&1
-NVFUSER_DTENSOR_INPUT_FREE_INSIDE=1 timeout 70 python3 scripts/gpu_top_kernels.py llama --backends nvfuser_dtensor --top 30 > $OUT/top_llama_input_free.log 2>&1
-timeout 65 python3 scripts/gpu_top_kernels.py vit_s16 --backends nvfuser_dtensor --top 30 > $OUT/top_vit_s16.log 2>&1
-NVFUSER_DTENSOR_PATCH_CONV_AS_MM=1 timeout 65 python3 scripts/gpu_top_kernels.py vit_s16 --backends nvfuser_dtensor --top 30 > $OUT/top_vit_s16_patch_conv.log 2>&1
+timeout 70 python3 scripts/gpu_top_kernels.py llama --backends nvfuser_dtensor --top 80 > $OUT/top_llama.log 2>&1
+NVFUSER_DTENSOR_INPUT_FREE_INSIDE=1 timeout 70 python3 scripts/gpu_top_kernels.py llama --backends nvfuser_dtensor --top 80 > $OUT/top_llama_input_free.log 2>&1
+timeout 65 python3 scripts/gpu_top_kernels.py vit_s16 --backends nvfuser_dtensor --top 100 > $OUT/top_vit_s16.log 2>&1
+NVFUSER_DTENSOR_PATCH_CONV_AS_MM=1 timeout 65 python3 scripts/gpu_top_kernels.py vit_s16 --backends nvfuser_dtensor --top 100 > $OUT/top_vit_s16_patch_conv.log 2>&1
 grep -H "GPU activities\|FillFunctor<c10::BFloat16>\|convolve\|nchwToNhwc" $OUT/top_*.log | cut -c1-160
