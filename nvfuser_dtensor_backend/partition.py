@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import collections
 import logging
 import operator
@@ -476,6 +477,86 @@ def _scalar_part(part) -> bool:
                     for n in part.nodes for a in n.all_input_nodes))
 
 
+# Note [Parts of a region far apart]
+# FX places a fused region after its last output node, so a region whose connected parts
+# (Note [Unrelated parts of a region]) lie far apart in the graph runs where its last part
+# runs, and the inputs of its earlier parts stay alive until then. ViT-S/16's backward put
+# the bias-gradient sums of all twelve layers into one region at the end of the backward
+# (CPU probe, tiny model: the region read values made at nine points of the graph): the
+# gradients they sum, about 0.5 GB at 32 images, were held to the end, and the full cut into
+# connected parts gave 1110 MB reserved instead of 1610 on an H100 (session 19). That cut also
+# separates parts that run side by side and cost a launch each (GPT-2's backward: 18 regions
+# instead of 14). ``NVFUSER_DTENSOR_SPLIT_FAR=1`` (an A/B switch, read at import) cuts a region
+# only where PyTorch's own kernels lie between its parts: each node gets the count of
+# compute nodes outside every region before it (views and getitems not counted), a part
+# the count of its last node, and a region's parts with one count stay together. So a part
+# holds no input across a kernel that is not its region's. A piece that reads only one other
+# region's values and has that region's count joins it, as in Note [Unrelated parts of a
+# region]. The pieces are unions of connected parts, so each is convex and they form no
+# cycle (that Note); a join moves a piece only into a region it reads, so no path leads from
+# the piece back into that region.
+SPLIT_FAR = env_flag("NVFUSER_DTENSOR_SPLIT_FAR")
+
+
+def _free(node: fx.Node) -> bool:
+    """A node PyTorch runs without a kernel: a view, a split or a getitem."""
+    return node.target is operator.getitem or node.target in VIEW_OPS or node.target in SPLIT_OPS
+
+
+def _split_far_parts(partitions: list, graph: fx.Graph) -> list:
+    """Each region cut where PyTorch kernels that do not read its earlier parts lie between its
+    parts, and parts that read one region only joined to it where none lie between (Note
+    [Parts of a region far apart])."""
+    for p in partitions:  # the views that leave their regions anyway (Note [Views leave regions])
+        _trim_trailing_views(p)
+    partitions = [p for p in partitions if p.nodes]
+    inside = {n for p in partitions for n in p.nodes}
+    position = {n: i for i, n in enumerate(graph.nodes)}
+    kernels = [n for n in graph.nodes if n.op == "call_function" and n not in inside and not _free(n)]
+    kernel_positions = [position[k] for k in kernels]
+
+    def reads(node: fx.Node, piece: dict) -> bool:  # directly or through views and getitems
+        return any(a in piece or (_free(a) and reads(a, piece)) for a in node.all_input_nodes)
+
+    def may_hold(earlier: dict, later: dict) -> bool:
+        """Whether one region may run both: every kernel between them waits for ``earlier``."""
+        first, last = (max(map(position.__getitem__, piece)) for piece in (earlier, later))
+        between = kernels[bisect.bisect_right(kernel_positions, first):bisect.bisect_left(kernel_positions, last)]
+        return all(reads(k, earlier) for k in between)
+
+    pieces: list[dict] = []
+    for p in partitions:
+        parts = sorted((dict(part.nodes) for part in _connected_parts(p)),
+                       key=lambda part: max(map(position.__getitem__, part)))
+        pieces.append(parts[0])
+        for part in parts[1:]:
+            if may_hold(pieces[-1], part):
+                pieces[-1].update(part)
+            else:
+                pieces.append(part)
+    owner = {n: i for i, piece in enumerate(pieces) for n in piece}
+
+    def source(node: fx.Node, chain: list) -> fx.Node:  # through views and getitems outside every region
+        while node not in owner and _free(node) and len(node.all_input_nodes) == 1:
+            chain.append(node)
+            node = node.all_input_nodes[0]
+        return node
+
+    for i, piece in enumerate(pieces):
+        chain: list[fx.Node] = []  # the views between: they join too, or the region would read its own view
+        sources = {source(a, chain) for n in piece for a in n.all_input_nodes if a not in piece}
+        owners = {owner.get(a) for a in sources if a.op not in ("placeholder", "get_attr")}
+        if len(owners) != 1 or None in owners or i in owners:
+            continue
+        (j,) = owners
+        if may_hold(pieces[j], piece):
+            pieces[j].update(dict.fromkeys(chain))
+            pieces[j].update(piece)
+            owner.update(dict.fromkeys([*chain, *piece], j))
+            piece.clear()
+    return [Partition(nodes=piece) for piece in pieces if piece]
+
+
 def _deterministic(node: fx.Node) -> bool:
     return not is_random_op(node.target)
 
@@ -499,6 +580,8 @@ def partition(
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    if SPLIT_FAR and not SPLIT_UNRELATED:  # before the cut at matmuls, which no join may undo
+        partitions = _split_far_parts(partitions, gm.graph)
     if fuse_matmul and one_gemm_per_region:
         partitions = [piece for p in partitions for piece in _split_at_gemms(p, order)]
     if SPLIT_UNRELATED:

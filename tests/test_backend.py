@@ -513,6 +513,33 @@ def test_split_unrelated_joins_a_part_to_the_region_it_reads(monkeypatch):
     assert regions[True] == [["aten.mul.Tensor", "aten.sin.default"], ["aten.relu.default"]]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_far_cuts_a_region_where_a_pytorch_kernel_lies_between_its_parts(monkeypatch, dtype):
+    """NVFUSER_DTENSOR_SPLIT_FAR (Note [Parts of a region far apart]): FX's partitioner puts
+    ``a.sin() * 2`` with the ``relu`` after the matmul, so the region, placed after its last
+    output, holds ``a`` across the matmul; with the switch they are two regions, while two
+    unrelated parts with no kernel between them stay one. Values are eager's."""
+    from nvfuser_dtensor_backend import partition
+
+    def f(x, w, a, b):
+        y = a.sin() * 2
+        return y, b.cos() * 3, (x @ w).relu() * 3
+
+    args = (randn(8, 16, dtype=dtype), randn(16, 4, dtype=dtype), randn(6, 5, dtype=dtype), randn(7, dtype=dtype))
+    expected = f(*args)
+    regions = {}
+    for split in (False, True):
+        monkeypatch.setattr(partition, "SPLIT_FAR", split)
+        nb.clear_cache()
+        nb.clear_reports()
+        for out, ref in zip(compile_fn(f)(*args), expected):
+            assert_close(out, ref, dtype)
+        regions[split] = sorted(sorted(ops) for ops in nb.reports()[-1].partition.regions)
+    assert len(regions[False]) == 1, regions[False]
+    assert regions[True] == [["aten.cos.default", "aten.mul.Tensor", "aten.mul.Tensor", "aten.sin.default"],
+                             ["aten.mul.Tensor", "aten.relu.default"]]
+
+
 def test_split_unrelated_keeps_scalar_counters_together(monkeypatch):
     """Each batch norm's ``num_batches_tracked + 1`` reads nothing of its batch norm, so no join
     takes it there; with NVFUSER_DTENSOR_SPLIT_UNRELATED the counters of a region stay one
