@@ -19,7 +19,7 @@ zoo split_far NVFUSER_DTENSOR_SPLIT_FAR=1 vit_s16,gpt2,llama,t5,bert &
 zoo input_free NVFUSER_DTENSOR_INPUT_FREE_INSIDE=1 llama,t5 &
 zoo patch_conv NVFUSER_DTENSOR_PATCH_CONV_AS_MM=1 vit_s16,convnext &
 wait
-for arm in default split_far input_free patch_conv; do echo "== $arm"; python3 scripts/zoo_table.py $OUT/zoo_$arm/results.json | grep -E "^\| " | head -12; done
+for arm in default split_far input_free patch_conv; do echo "== $arm"; python3 scripts/zoo_table.py $OUT/zoo_$arm/results.json | grep -E "^\| "; done
 timeout 60 python3 scripts/gpu_top_kernels.py vit_s16 --backends nvfuser_dtensor --top 100 > $OUT/top_vit_s16.log 2>&1
 NVFUSER_DTENSOR_PATCH_CONV_AS_MM=1 timeout 60 python3 scripts/gpu_top_kernels.py vit_s16 --backends nvfuser_dtensor --top 100 > $OUT/top_vit_s16_patch_conv.log 2>&1
 timeout 65 python3 scripts/gpu_top_kernels.py llama --backends nvfuser_dtensor --top 80 > $OUT/top_llama.log 2>&1
