@@ -540,6 +540,34 @@ def test_split_far_cuts_a_region_where_a_pytorch_kernel_lies_between_its_parts(m
                              ["aten.mul.Tensor", "aten.relu.default"]]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_far_joins_a_part_to_the_region_it_reads_through_a_view(monkeypatch, dtype):
+    """Note [Parts of a region far apart]: FX's partitioner puts ``v.sum(1)`` with the ``cos``
+    at the end, so ``sin``'s output would live to the end. With NVFUSER_DTENSOR_SPLIT_FAR the
+    sum joins ``sin``'s region, with the transpose between them (which the region outputs and
+    then reads back otherwise: a cycle), as the only kernel between them reads ``v``."""
+    from nvfuser_dtensor_backend import partition
+
+    def f(x, w):
+        v = x.sin().t()
+        h = v @ w
+        return v.sum(1), (h.relu() @ w.t()).cos()
+
+    args = (randn(8, 16, dtype=dtype), randn(8, 4, dtype=dtype))
+    expected = f(*args)
+    regions = {}
+    for split in (False, True):
+        monkeypatch.setattr(partition, "SPLIT_FAR", split)
+        nb.clear_cache()
+        nb.clear_reports()
+        for out, ref in zip(compile_fn(f)(*args), expected):
+            assert_close(out, ref, dtype)
+        regions[split] = sorted(sorted(ops) for ops in nb.reports()[-1].partition.regions)
+    assert regions[False] == [["aten.cos.default", "aten.sum.dim_IntList"], ["aten.relu.default"], ["aten.sin.default"]]
+    assert regions[True] == [["aten.cos.default"], ["aten.relu.default"],
+                             ["aten.sin.default", "aten.sum.dim_IntList", "aten.t.default"]]
+
+
 def test_split_unrelated_keeps_scalar_counters_together(monkeypatch):
     """Each batch norm's ``num_batches_tracked + 1`` reads nothing of its batch norm, so no join
     takes it there; with NVFUSER_DTENSOR_SPLIT_UNRELATED the counters of a region stay one
