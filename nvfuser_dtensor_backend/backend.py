@@ -191,7 +191,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
     fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul,
                                      replay_input_free=region_cls is FusedRegion,
                                      one_gemm_per_region=region_cls is FusedRegion,
-                                     random_ops=random_ops and region_cls is FusedRegion)
+                                     random_ops=random_ops and region_cls is FusedRegion,
+                                     far_apart=region_cls is FusedRegion)
     # The global view runs its graphs on DTensors, which inductor does not take: there,
     # regions fall back to the aten code and the code between regions stays as it is.
     use_inductor = options.fallback == "inductor" and region_cls is FusedRegion

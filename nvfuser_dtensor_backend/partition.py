@@ -478,24 +478,30 @@ def _scalar_part(part) -> bool:
 
 
 # Note [Parts of a region far apart]
-# FX places a fused region after its last output node, so a region whose connected parts
-# (Note [Unrelated parts of a region]) lie far apart in the graph runs where its last part
-# runs, and the inputs of its earlier parts stay alive until then. ViT-S/16's backward put
-# the bias-gradient sums of all twelve layers into one region at the end of the backward
-# (CPU probe, tiny model: the region read values made at nine points of the graph): the
-# gradients they sum, about 0.5 GB at 32 images, were held to the end, and the full cut into
-# connected parts gave 1110 MB reserved instead of 1610 on an H100 (session 19). That cut also
-# separates parts that run side by side and cost a launch each (GPT-2's backward: 18 regions
-# instead of 14). ``NVFUSER_DTENSOR_SPLIT_FAR=1`` (an A/B switch, read at import) cuts a region
-# only where PyTorch's own kernels lie between its parts: each node gets the count of
-# compute nodes outside every region before it (views and getitems not counted), a part
-# the count of its last node, and a region's parts with one count stay together. So a part
-# holds no input across a kernel that is not its region's. A piece that reads only one other
-# region's values and has that region's count joins it, as in Note [Unrelated parts of a
-# region]. The pieces are unions of connected parts, so each is convex and they form no
-# cycle (that Note); a join moves a piece only into a region it reads, so no path leads from
-# the piece back into that region.
-SPLIT_FAR = env_flag("NVFUSER_DTENSOR_SPLIT_FAR")
+# FX's partitioner merges unrelated parts across the whole graph (Note [Unrelated parts of a
+# region]), and fuses a region in after its last output node, so a region runs where its
+# last part runs, and PyTorch's kernels that do not wait for it run before it while the
+# inputs of its earlier parts stay alive. T5's backward held the RMSNorm weight gradients of
+# every layer in one region (68 ops in 15 parts on the tiny model; 10-17 s of its first call on
+# an H100), ViT-S/16's the bias-gradient sums of all twelve layers. The full cut into connected
+# parts (``NVFUSER_DTENSOR_SPLIT_UNRELATED``) also separates parts that run side by side and
+# parts that could join the region they read, which costs launches. So, on by default
+# (``NVFUSER_DTENSOR_SPLIT_FAR=0`` turns it off, an A/B switch read at import), the trailing
+# views of each region set aside (they leave it anyway, Note [Views leave regions]), a
+# region's connected parts, in the order of their last nodes, stay together while every
+# PyTorch kernel between them reads the earlier ones (directly or through views: it waits for
+# them anyway), and a region starts where one does not. Then a piece that reads one other
+# region only (graph inputs aside) joins it under the same rule, with the views outside every
+# region between them (without those, the region would read a view of its own output: a
+# cycle). Pieces are unions of connected parts, so each is convex and they form no cycle
+# (that Note); a join moves a piece only into a region it reads. It runs before the cut at
+# matmuls (Note [One matmul per region]), which no join may undo. On one H100 (session 31,
+# training, our backend alone, each model in its own process, default / this) reserved MB:
+# ViT-S/16 1610 / 1130, T5 3486 / 3294, BERT 2064 / 1920, Llama 1554 / 1506, GPT-2 2086 /
+# 2086; first calls s: T5 54 / 46, ViT 23 / 21, Llama 32 / 33, GPT-2 18 / 21, BERT 26 / 28;
+# kernels ms (measured beside the other processes, so rough): ViT 5.28 / 5.15, BERT 7.30 /
+# 7.48, GPT-2 5.85 / 5.90, Llama and T5 the same; every row right against eager.
+SPLIT_FAR = env_flag("NVFUSER_DTENSOR_SPLIT_FAR", default=True)
 
 
 def _free(node: fx.Node) -> bool:
@@ -507,6 +513,7 @@ def _split_far_parts(partitions: list, graph: fx.Graph) -> list:
     """Each region cut where PyTorch kernels that do not read its earlier parts lie between its
     parts, and parts that read one region only joined to it where none lie between (Note
     [Parts of a region far apart])."""
+    supported = {n for p in partitions for n in p.nodes}  # a view a join takes along must be one
     for p in partitions:  # the views that leave their regions anyway (Note [Views leave regions])
         _trim_trailing_views(p)
     partitions = [p for p in partitions if p.nodes]
@@ -549,7 +556,7 @@ def _split_far_parts(partitions: list, graph: fx.Graph) -> list:
         if len(owners) != 1 or None in owners or i in owners:
             continue
         (j,) = owners
-        if may_hold(pieces[j], piece):
+        if supported.issuperset(chain) and may_hold(pieces[j], piece):
             pieces[j].update(dict.fromkeys(chain))
             pieces[j].update(piece)
             owner.update(dict.fromkeys([*chain, *piece], j))
@@ -563,7 +570,7 @@ def _deterministic(node: fx.Node) -> bool:
 
 def partition(
     gm: fx.GraphModule, min_region_size: int = 1, fuse_matmul: bool = False, replay_input_free: bool = True,
-    one_gemm_per_region: bool = True, random_ops: bool = True,
+    one_gemm_per_region: bool = True, random_ops: bool = True, far_apart: bool = True,
 ) -> tuple[fx.GraphModule, list[str], PartitionReport]:
     """Fuse supported nodes of ``gm`` into submodules named ``nvfuser_region_<i>``.
 
@@ -574,13 +581,15 @@ def partition(
     keeps the matmuls of a region together (Note [One matmul per region]): the global view's
     fusions carry the relayouts between them, which nvFuser turns into communication.
     ``random_ops=False`` leaves random ops to PyTorch (graphs with DTensor inputs; Note
-    [Random numbers drawn by nvFuser]).
+    [Random numbers drawn by nvFuser]). ``far_apart=False`` keeps regions whole where their
+    parts lie far apart (Note [Parts of a region far apart]): the global view's keep the
+    matmuls and relayouts inside, where that rule has not been tried.
     """
     support = NvFuserSupport(fuse_matmul, on_cuda=_graph_on_cuda(gm), random_ops=random_ops)
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    if SPLIT_FAR and not SPLIT_UNRELATED:  # before the cut at matmuls, which no join may undo
+    if far_apart and SPLIT_FAR and not SPLIT_UNRELATED:  # before the cut at matmuls, which no join may undo
         partitions = _split_far_parts(partitions, gm.graph)
     if fuse_matmul and one_gemm_per_region:
         partitions = [piece for p in partitions for piece in _split_at_gemms(p, order)]
