@@ -1,6 +1,7 @@
-"""Note [Patch convolutions as matrix products] (patch_convolution.py): with
-NVFUSER_DTENSOR_PATCH_CONV_AS_MM=1, a convolution whose kernel tiles the image, and its
-backward, run as matrix products, with eager's values; other convolutions are left alone."""
+"""Note [Patch convolutions as matrix products] (patch_convolution.py): by default (the
+fixture turns it on even where NVFUSER_DTENSOR_PATCH_CONV_AS_MM=0), a convolution whose kernel
+tiles the image, and its backward, run as matrix products, with eager's values; other
+convolutions are left alone."""
 
 from __future__ import annotations
 
