@@ -489,26 +489,33 @@ def test_split_unrelated_cuts_a_region_into_its_connected_parts(monkeypatch, dty
     assert counts[True] == (4, 2)  # x's two readers together; a, b and c's regions are one definition
 
 
+def _regions_by_switch(monkeypatch, switch: str, f, args, dtype=torch.float32) -> dict:
+    """The ops of ``f``'s regions with partition.``switch`` off and on (False, True), its values
+    checked against eager's both times."""
+    from nvfuser_dtensor_backend import partition
+
+    expected = f(*args)
+    regions = {}
+    for on in (False, True):
+        monkeypatch.setattr(partition, switch, on)
+        nb.clear_cache()
+        nb.clear_reports()
+        for out, ref in zip(compile_fn(f)(*args), expected):
+            assert_close(out, ref, dtype)
+        regions[on] = sorted(sorted(ops) for ops in nb.reports()[-1].partition.regions)
+    return regions
+
+
 def test_split_unrelated_joins_a_part_to_the_region_it_reads(monkeypatch):
     """A part of a region that reads only another region's values moves into that region
     (Note [Unrelated parts of a region]): ``y * 3`` reads the ``sin`` region's ``y`` but FX's
     partitioner put it with the ``relu`` after the matmul, which shares nothing with it."""
-    from nvfuser_dtensor_backend import partition
-
     def f(x, w):
         y = x.sin()
         return (y @ w).relu(), y * 3
 
     args = (randn(8, 16), randn(16, 4))
-    expected = f(*args)
-    regions = {}
-    for split in (False, True):
-        monkeypatch.setattr(partition, "SPLIT_UNRELATED", split)
-        nb.clear_cache()
-        nb.clear_reports()
-        for out, ref in zip(compile_fn(f)(*args), expected):
-            assert_close(out, ref)
-        regions[split] = sorted(sorted(ops) for ops in nb.reports()[-1].partition.regions)
+    regions = _regions_by_switch(monkeypatch, "SPLIT_UNRELATED", f, args)
     assert regions[False] == [["aten.mul.Tensor", "aten.relu.default"], ["aten.sin.default"]]
     assert regions[True] == [["aten.mul.Tensor", "aten.sin.default"], ["aten.relu.default"]]
 
@@ -519,22 +526,12 @@ def test_split_far_cuts_a_region_where_a_pytorch_kernel_lies_between_its_parts(m
     ``a.sin() * 2`` with the ``relu`` after the matmul, so the region, placed after its last
     output, holds ``a`` across the matmul; with the switch they are two regions, while two
     unrelated parts with no kernel between them stay one. Values are eager's."""
-    from nvfuser_dtensor_backend import partition
-
     def f(x, w, a, b):
         y = a.sin() * 2
         return y, b.cos() * 3, (x @ w).relu() * 3
 
     args = (randn(8, 16, dtype=dtype), randn(16, 4, dtype=dtype), randn(6, 5, dtype=dtype), randn(7, dtype=dtype))
-    expected = f(*args)
-    regions = {}
-    for split in (False, True):
-        monkeypatch.setattr(partition, "SPLIT_FAR", split)
-        nb.clear_cache()
-        nb.clear_reports()
-        for out, ref in zip(compile_fn(f)(*args), expected):
-            assert_close(out, ref, dtype)
-        regions[split] = sorted(sorted(ops) for ops in nb.reports()[-1].partition.regions)
+    regions = _regions_by_switch(monkeypatch, "SPLIT_FAR", f, args, dtype)
     assert len(regions[False]) == 1, regions[False]
     assert regions[True] == [["aten.cos.default", "aten.mul.Tensor", "aten.mul.Tensor", "aten.sin.default"],
                              ["aten.mul.Tensor", "aten.relu.default"]]
@@ -546,23 +543,13 @@ def test_split_far_joins_a_part_to_the_region_it_reads_through_a_view(monkeypatc
     at the end, so ``sin``'s output would live to the end. With NVFUSER_DTENSOR_SPLIT_FAR the
     sum joins ``sin``'s region, with the transpose between them (which the region outputs and
     then reads back otherwise: a cycle), as the only kernel between them reads ``v``."""
-    from nvfuser_dtensor_backend import partition
-
     def f(x, w):
         v = x.sin().t()
         h = v @ w
         return v.sum(1), (h.relu() @ w.t()).cos()
 
     args = (randn(8, 16, dtype=dtype), randn(8, 4, dtype=dtype))
-    expected = f(*args)
-    regions = {}
-    for split in (False, True):
-        monkeypatch.setattr(partition, "SPLIT_FAR", split)
-        nb.clear_cache()
-        nb.clear_reports()
-        for out, ref in zip(compile_fn(f)(*args), expected):
-            assert_close(out, ref, dtype)
-        regions[split] = sorted(sorted(ops) for ops in nb.reports()[-1].partition.regions)
+    regions = _regions_by_switch(monkeypatch, "SPLIT_FAR", f, args, dtype)
     assert regions[False] == [["aten.cos.default", "aten.sum.dim_IntList"], ["aten.relu.default"], ["aten.sin.default"]]
     assert regions[True] == [["aten.cos.default"], ["aten.relu.default"],
                              ["aten.sin.default", "aten.sum.dim_IntList", "aten.t.default"]]
