@@ -30,11 +30,13 @@ ON = env_flag("NVFUSER_DTENSOR_PATCH_CONV_AS_MM", default=True)  # Note [Patch c
 
 
 def _patch_size(input, weight, stride, padding, dilation, transposed, output_padding, groups) -> int | None:
-    """k where the convolution is a batched 2-d one with a k x k kernel at stride k and nothing else."""
+    """k where the convolution is a batched 2-d one with a k x k kernel at stride k, k >= 2, and
+    nothing else. A 1 x 1 convolution (a CNN's pointwise one) would become an NCHW -> NHWC copy and
+    a matrix product: not what was measured (Note [Patch convolutions as matrix products])."""
     if transposed or groups != 1 or weight.dim() != 4 or input.dim() != 4:
         return None
     k = weight.shape[-1]
-    if (weight.shape[-2] != k or list(stride) != [k, k] or any(padding) or list(dilation) != [1, 1]
+    if (k < 2 or weight.shape[-2] != k or list(stride) != [k, k] or any(padding) or list(dilation) != [1, 1]
             or any(output_padding or [])):
         return None
     return k

@@ -200,7 +200,7 @@ def test_input_free_values_read_by_regions_are_made_inside_with_the_switch(insid
     monkeypatch.setattr(partition_module, "INPUT_FREE_INSIDE", inside)
 
     def f(x):
-        z = torch.zeros(4, 8) + 1.5  # made from nothing, read by both regions
+        z = torch.zeros(4, 8, device=x.device) + 1.5  # made from nothing, read by both regions
         a = torch.cumsum(x * 2 + z, 0)  # cumsum runs in PyTorch: the regions around it are two
         return torch.cumsum(a.tanh() * z, 1)
 

@@ -50,7 +50,8 @@ def test_patch_convolutions_are_matrix_products(patch_conv, dtype, shape, k, bia
     assert any("aten.mm" in r for r in reasons), reasons
 
 
-def test_other_convolutions_stay_convolutions(patch_conv):
-    x, w = randn(2, 6, 9, 9, requires_grad=True), randn(8, 6, 3, 3, requires_grad=True)
-    check_parity(lambda x, w: F.gelu(F.conv2d(x, w, stride=3, padding=1)), x, w, backward=True)
+@pytest.mark.parametrize("k,stride,padding", [(3, 3, 1), (1, 1, 0)])  # padded; a CNN's pointwise 1 x 1
+def test_other_convolutions_stay_convolutions(patch_conv, k, stride, padding):
+    x, w = randn(2, 6, 9, 9, requires_grad=True), randn(8, 6, k, k, requires_grad=True)
+    check_parity(lambda x, w: F.gelu(F.conv2d(x, w, stride=stride, padding=padding)), x, w, backward=True)
     assert any("convolution" in r for r in _unsupported_ops())
