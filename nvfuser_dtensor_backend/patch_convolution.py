@@ -1,6 +1,6 @@
-"""Convolutions whose kernel tiles the image (kernel size = stride, no padding, dilation or
-groups: a ViT's, DeiT's or Swin's patch embedding, ConvNeXt's stem and downsampling layers)
-as one matrix product.
+"""Convolutions whose kernel tiles the image (kernel size = stride, 2 x 2 and up, no padding,
+dilation or groups: a ViT's, DeiT's or Swin's patch embedding, ConvNeXt's stem and
+downsampling layers) as one matrix product.
 
 Note [Patch convolutions as matrix products]
 Such a convolution reads each input pixel once: cutting the image into its patches (a
