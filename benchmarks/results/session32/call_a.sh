@@ -1,0 +1,20 @@
+# Session 32, device call A (about 450 s), main at 5fe222e (no package change since session 31):
+#   source .device/setup.sh && source scripts/gpu_prelude.sh $OUT/prelude && bash benchmarks/results/session32/call_a.sh > $OUT/call_a.log 2>&1
+# 1. every GPU test at main's package (six workers), and beside it the group-norm timm test with
+#    NVFUSER_DTENSOR_SPLIT_FAR=1 in its own process (the suspect of session 31's segfault alone);
+# 2. then, nothing else on the GPU, BERT's training-step kernels, one process per arm: main's
+#    defaults and NVFUSER_DTENSOR_SPLIT_FAR=1.
+nvidia-smi -L
+gn=tests/translators/test_normalization.py::test_group_norm_in_a_timm_model
+(NVFUSER_DTENSOR_SPLIT_FAR=1 timeout 240 python3 -m pytest -q -p no:cacheprovider $gn > $OUT/gn_split_far.log 2>&1
+ echo "gn SPLIT_FAR=1: rc=$? $(tail -1 $OUT/gn_split_far.log)") &
+t0=$(date +%s)
+timeout -s INT -k 20 330 python3 -m pytest -v -p no:cacheprovider -rfEs --tb=short -n 6 $(cat scripts/gpu_tests.txt) \
+  tests/distributed/test_local_cuda_graphs.py tests/test_packaging.py > $OUT/gpu_tests.log 2>&1
+echo "== GPU tests ($(( $(date +%s) - t0 )) s)"; grep -E "^(FAILED|ERROR)|passed|failed" $OUT/gpu_tests.log | tail -12
+wait
+grep -h "Fatal\|Segmentation" $OUT/gn_split_far.log | sort | uniq -c | head -5
+for arm in NVFUSER_DTENSOR_NONE=0 NVFUSER_DTENSOR_SPLIT_FAR=1; do
+  echo "== BERT train kernels, $arm"
+  env $arm timeout 110 python3 scripts/gpu_top_kernels.py bert --backends nvfuser_dtensor --top 12 2>&1 | grep -vE "Warning|warn\(" | tail -16 | cut -c1-170
+done
