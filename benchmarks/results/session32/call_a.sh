@@ -1,8 +1,8 @@
-# Session 32, device call A (about 450 s), main at 5fe222e (no package change since session 31):
+# Session 32, device call A (about 500 s), main at 5fe222e (no package change since session 31):
 #   source .device/setup.sh && source scripts/gpu_prelude.sh $OUT/prelude && bash benchmarks/results/session32/call_a.sh > $OUT/call_a.log 2>&1
 # 1. every GPU test at main's package (six workers), and beside it the group-norm timm test with
 #    NVFUSER_DTENSOR_SPLIT_FAR=1 in its own process (the suspect of session 31's segfault alone);
-# 2. then, nothing else on the GPU, BERT's training-step kernels, one process per arm: main's
+# 2. then, nothing else on the GPU, ViT-S/16's and BERT's training-step kernels, one process per arm: main's
 #    defaults and NVFUSER_DTENSOR_SPLIT_FAR=1.
 nvidia-smi -L
 gn=tests/translators/test_normalization.py::test_group_norm_in_a_timm_model
@@ -14,7 +14,8 @@ timeout -s INT -k 20 330 python3 -m pytest -v -p no:cacheprovider -rfEs --tb=sho
 echo "== GPU tests ($(( $(date +%s) - t0 )) s)"; grep -E "^(FAILED|ERROR)|passed|failed" $OUT/gpu_tests.log | tail -12
 wait
 grep -h "Fatal\|Segmentation" $OUT/gn_split_far.log | sort | uniq -c | head -5
-for arm in NVFUSER_DTENSOR_NONE=0 NVFUSER_DTENSOR_SPLIT_FAR=1; do
-  echo "== BERT train kernels, $arm"
-  env $arm timeout 110 python3 scripts/gpu_top_kernels.py bert --backends nvfuser_dtensor --top 12 2>&1 | grep -vE "Warning|warn\(" | tail -16 | cut -c1-170
-done
+for m in vit_s16 bert; do for arm in NVFUSER_DTENSOR_NONE=0 NVFUSER_DTENSOR_SPLIT_FAR=1; do
+  echo "== $m train kernels, $arm"
+  env $arm timeout 100 python3 scripts/gpu_top_kernels.py $m --backends nvfuser_dtensor --top 14 > $OUT/top_${m}_${arm#NVFUSER_DTENSOR_}.log 2>&1
+  grep -vE "Warning|warn\(" $OUT/top_${m}_${arm#NVFUSER_DTENSOR_}.log | grep -A14 "^==" | cut -c1-170
+done; done
