@@ -555,6 +555,21 @@ def test_split_far_joins_a_part_to_the_region_it_reads_through_a_view(monkeypatc
                              ["aten.sin.default", "aten.sum.dim_IntList", "aten.t.default"]]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_far_joins_no_copy_alone(monkeypatch, dtype):
+    """Note [Parts of a region far apart]: a piece that only copies (``y.clone()``, as AOT saves
+    for the backward) joins no region; it runs in PyTorch, and its value is eager's."""
+    def f(x, w):
+        y = x.sin()
+        h = y @ w
+        return y.clone(), (h.relu() @ w.t()).cos()
+
+    args = (randn(8, 16, dtype=dtype), randn(16, 4, dtype=dtype))
+    regions = _regions_by_switch(monkeypatch, "SPLIT_FAR", f, args, dtype)
+    assert ["aten.clone.default"] not in regions[True]
+    assert regions[True] == [["aten.cos.default"], ["aten.relu.default"], ["aten.sin.default"]], regions
+
+
 def test_split_unrelated_keeps_scalar_counters_together(monkeypatch):
     """Each batch norm's ``num_batches_tracked + 1`` reads nothing of its batch norm, so no join
     takes it there; with NVFUSER_DTENSOR_SPLIT_UNRELATED the counters of a region stay one
