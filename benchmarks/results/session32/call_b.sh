@@ -1,7 +1,8 @@
-# Session 32, device call B (about 560 s), at the final package:
-#   source .device/setup.sh && bash benchmarks/results/session32/call_b.sh > $OUT/call_b.log 2>&1
-# the whole zoo, training and inference, against eager, inductor and its reduce-overhead mode,
-# each model in its own process, steps timed one at a time (goal 4's table); no GPU tests
-# beside it (call A ran every GPU test with the package's code as it is now).
+# Session 32, device call B (261 s on one H100), main's defaults at 5bfc59a's package (SPLIT_FAR off):
+#   source .device/setup.sh && source scripts/gpu_prelude.sh $OUT/prelude && bash benchmarks/results/session32/call_b.sh > $OUT/call_b.log 2>&1
+# every GPU test (six workers), and beside them the zoo's training rows of six models with our
+# backend only, each model in its own process (three at a time), judged against eager.
 nvidia-smi -L
-OUT=$OUT/zoo GPU_TESTS=none ZOO_TIMEOUT=540 OVERHEAD_TIMEOUT=0 TOP_KERNELS=0 timeout 560 bash scripts/gpu_zoo_own_graphs.sh
+OUT=$OUT/zoo TEST_WORKERS=6 TESTS_TIMEOUT=300 GPU_TESTS="$(cat scripts/gpu_tests.txt) tests/distributed/test_local_cuda_graphs.py tests/test_packaging.py" \
+  ZOO_MODELS=vit_s16,gpt2,llama,t5,bert,efficientnet_b0 ZOO_MODES=train ZOO_BACKENDS=nvfuser_dtensor ZOO_JOBS=3 ZOO_TIMEOUT=330 \
+  OVERHEAD_TIMEOUT=0 TOP_KERNELS=0 timeout 360 bash scripts/gpu_zoo_own_graphs.sh
