@@ -492,25 +492,33 @@ def _scalar_part(part) -> bool:
 # between them reads the earlier ones (directly or through views: it waits for them anyway),
 # and a region starts where one does not. Then a piece that reads one other region only (graph
 # inputs aside) joins it under the same rule, with the views outside every region between them
-# (without those, the region would read a view of its own output: a cycle). A piece of copies
-# only (a ``clone`` saved for the backward) joins no region: it would make the region write one
-# more output and save no launch of note, and it was what the cut joined into EfficientNet-B0's
-# group norm + SiLU regions in the crashed run below. Pieces are unions of connected parts, so
-# each is convex and they form no cycle (that Note); a join moves a piece only into a region it
-# reads. It runs before the cut at matmuls (Note [One matmul per region]), which no join may
-# undo. On one H100 (session 31, training, our backend alone, each model in its own process,
-# default / this) reserved MB: ViT-S/16 1610 / 1130, T5 3486 / 3294, BERT 2064 / 1920, Llama
-# 1554 / 1506, GPT-2 2086 / 2086; first calls s: T5 54 / 46, ViT 23 / 21, Llama 32 / 33, GPT-2
-# 18 / 21, BERT 26 / 28; kernels ms (measured beside the other processes, so rough): ViT 5.28 /
-# 5.15, BERT 7.30 / 7.48, GPT-2 5.85 / 5.90, Llama and T5 the same; every row right against
-# eager. It was on by default for one GPU run (call B), where
-# ``test_group_norm_in_a_timm_model``'s worker died of a segmentation fault inside nvFuser's
-# execute, at a forward region's first run: there the cut joined each group norm's ``clone``
-# (saved for the backward) into its group norm + SiLU region, a fusion that had never run (no
-# longer: copies alone join nothing). That run also turned EfficientNet's 1 x 1 convolutions
-# into matrix products (since excluded), so which of the two crashed nvFuser is not known; the
-# switch stays off until a GPU run with it alone says.
+# (without those, the region would read a view of its own output: a cycle). Pieces are unions
+# of connected parts, so each is convex and they form no cycle (that Note); a join moves a
+# piece only into a region it reads. It runs before the cut at matmuls (Note [One matmul per
+# region]), which no join may undo.
+#
+# Two kinds of piece join nothing. A piece of copies only (a ``clone`` saved for the backward)
+# would make the region write one more output and save no launch of note; it was what the cut
+# joined into EfficientNet-B0's group norm + SiLU regions in session 31's crashed run (below).
+# A piece with a reduction (a bias gradient's column sum) stays a region of its own: joined to
+# the GELU backward or layer-norm backward that makes its input, nvFuser 0.2.36 schedules the
+# pair as one slower reduction kernel instead of a pointwise or inner-persistent kernel and a
+# column sum, so ViT-S/16's training kernels went from 4.46 to 4.77 ms and BERT's from 7.37 to
+# 7.54 (H100, session 32, one process per arm, joins of both kinds still on). As nvFuser cut
+# the big region into one kernel per sum anyway, a sum of its own costs no launch.
+#
+# Measured with those joins on (H100, session 31, training, our backend alone, each model in
+# its own process, default / this), reserved MB: ViT-S/16 1610 / 1130, T5 3486 / 3294, BERT
+# 2064 / 1920, Llama 1554 / 1506, GPT-2 2086 / 2086; first calls s: T5 54 / 46, ViT 23 / 21,
+# Llama 32 / 33, GPT-2 18 / 21, BERT 26 / 28; every row right against eager. With the copy
+# rule, every GPU test passed with the switch on (session 32, 442). Off until the rule on
+# reductions has run on a GPU (kernels and memory):
+# ``benchmarks/results/session32/next_session.sh``.
 SPLIT_FAR = env_flag("NVFUSER_DTENSOR_SPLIT_FAR")
+
+
+def _reduces(piece) -> bool:
+    return any(n.target in REDUCTIONS for n in piece)
 
 
 def _free(node: fx.Node) -> bool:
@@ -562,8 +570,8 @@ def _split_far_parts(partitions: list, graph: fx.Graph) -> list:
         chain: list[fx.Node] = []  # the views between: they join too, or the region would read its own view
         sources = {source(a, chain) for n in piece for a in n.all_input_nodes if a not in piece}
         owners = {owner.get(a) for a in sources if a.op not in ("placeholder", "get_attr")}
-        if len(owners) != 1 or None in owners or i in owners or not _compute_nodes(piece):
-            continue  # a copy alone (a clone saved for the backward) stays with PyTorch
+        if len(owners) != 1 or None in owners or i in owners or not _compute_nodes(piece) or _reduces(piece):
+            continue  # a copy alone stays with PyTorch, a reduction a region of its own
         (j,) = owners
         if supported.issuperset(chain) and may_hold(pieces[j], piece):
             pieces[j].update(dict.fromkeys(chain))

@@ -539,10 +539,28 @@ def test_split_far_cuts_a_region_where_a_pytorch_kernel_lies_between_its_parts(m
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_split_far_joins_a_part_to_the_region_it_reads_through_a_view(monkeypatch, dtype):
-    """Note [Parts of a region far apart]: FX's partitioner puts ``v.sum(1)`` with the ``cos``
+    """Note [Parts of a region far apart]: FX's partitioner puts ``v.exp()`` with the ``cos``
     at the end, so ``sin``'s output would live to the end. With NVFUSER_DTENSOR_SPLIT_FAR the
-    sum joins ``sin``'s region, with the transpose between them (which the region outputs and
+    exp joins ``sin``'s region, with the transpose between them (which the region outputs and
     then reads back otherwise: a cycle), as the only kernel between them reads ``v``."""
+    def f(x, w):
+        v = x.sin().t()
+        h = v @ w
+        return v.exp(), (h.relu() @ w.t()).cos()
+
+    args = (randn(8, 16, dtype=dtype), randn(8, 4, dtype=dtype))
+    regions = _regions_by_switch(monkeypatch, "SPLIT_FAR", f, args, dtype)
+    assert regions[False] == [["aten.cos.default", "aten.exp.default"], ["aten.relu.default"], ["aten.sin.default"]]
+    assert regions[True] == [["aten.cos.default"], ["aten.exp.default", "aten.sin.default", "aten.t.default"],
+                             ["aten.relu.default"]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_far_keeps_a_reduction_apart(monkeypatch, dtype):
+    """Note [Parts of a region far apart]: a piece with a reduction (a bias gradient's column
+    sum) is cut from the region it was merged into but joins no other: nvFuser schedules a
+    pointwise or layer-norm-backward region with an outer reduction joined as one slower
+    reduction kernel (ViT-S/16's training kernels 4.46 -> 4.77 ms, session 32)."""
     def f(x, w):
         v = x.sin().t()
         h = v @ w
@@ -551,8 +569,7 @@ def test_split_far_joins_a_part_to_the_region_it_reads_through_a_view(monkeypatc
     args = (randn(8, 16, dtype=dtype), randn(8, 4, dtype=dtype))
     regions = _regions_by_switch(monkeypatch, "SPLIT_FAR", f, args, dtype)
     assert regions[False] == [["aten.cos.default", "aten.sum.dim_IntList"], ["aten.relu.default"], ["aten.sin.default"]]
-    assert regions[True] == [["aten.cos.default"], ["aten.relu.default"],
-                             ["aten.sin.default", "aten.sum.dim_IntList", "aten.t.default"]]
+    assert regions[True] == [["aten.cos.default"], ["aten.relu.default"], ["aten.sin.default"], ["aten.sum.dim_IntList"]]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
