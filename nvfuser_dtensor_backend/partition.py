@@ -499,7 +499,10 @@ def _scalar_part(part) -> bool:
 #
 # Two kinds of piece join nothing. A piece of copies only (a ``clone`` saved for the backward)
 # would make the region write one more output and save no launch of note; it was what the cut
-# joined into EfficientNet-B0's group norm + SiLU regions in session 31's crashed run (below).
+# joined into EfficientNet-B0's group norm + SiLU regions in session 31's one run with the
+# switch on by default, where ``test_group_norm_in_a_timm_model`` died of a segmentation fault
+# in nvFuser's execute (that run also had 1 x 1 convolutions as matrix products, since
+# excluded, so which of the two crashed it is not known).
 # A piece with a reduction (a bias gradient's column sum) stays a region of its own: joined to
 # the GELU backward or layer-norm backward that makes its input, nvFuser 0.2.36 schedules the
 # pair as one slower reduction kernel instead of a pointwise or inner-persistent kernel and a
