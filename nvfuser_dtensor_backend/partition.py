@@ -436,6 +436,15 @@ def _connected_parts(p) -> list:
     return [p] if len(parts) == 1 else [Partition(nodes=part) for part in parts.values()]
 
 
+def _sole_other_owner(sources, owner: dict, i: int) -> int | None:
+    """The one region other than ``i`` that holds every node of ``sources`` (graph inputs and
+    attributes aside), or None: a part that reads only it may join it."""
+    owners = {owner.get(a) for a in sources if a.op not in ("placeholder", "get_attr")}
+    if len(owners) != 1 or None in owners or i in owners:
+        return None
+    return next(iter(owners))
+
+
 def _join_producers(partitions: list) -> list:
     """Each region's connected parts that read from exactly one other region moved into it,
     then every region cut into its connected parts (Note [Unrelated parts of a region]).
@@ -447,12 +456,9 @@ def _join_producers(partitions: list) -> list:
         for part in _connected_parts(Partition(nodes=groups[i])):
             if len(part.nodes) == len(groups[i]):
                 break  # what is left of the region is one part (or always was): it stays
-            sources = {a for n in part.nodes for a in n.all_input_nodes
-                       if a not in part.nodes and a.op not in ("placeholder", "get_attr")}
-            owners = {owner.get(a) for a in sources}
-            if len(owners) != 1 or None in owners or i in owners:
+            j = _sole_other_owner({a for n in part.nodes for a in n.all_input_nodes if a not in part.nodes}, owner, i)
+            if j is None:
                 continue
-            (j,) = owners
             for n in part.nodes:
                 del groups[i][n]
                 groups[j][n] = None
@@ -572,10 +578,9 @@ def _split_far_parts(partitions: list, graph: fx.Graph) -> list:
     for i, piece in enumerate(pieces):
         chain: list[fx.Node] = []  # the views between: they join too, or the region would read its own view
         sources = {source(a, chain) for n in piece for a in n.all_input_nodes if a not in piece}
-        owners = {owner.get(a) for a in sources if a.op not in ("placeholder", "get_attr")}
-        if len(owners) != 1 or None in owners or i in owners or not _compute_nodes(piece) or _reduces(piece):
+        j = _sole_other_owner(sources, owner, i)
+        if j is None or not _compute_nodes(piece) or _reduces(piece):
             continue  # a copy alone stays with PyTorch, a reduction a region of its own
-        (j,) = owners
         if supported.issuperset(chain) and may_hold(pieces[j], piece):
             pieces[j].update(dict.fromkeys(chain))
             pieces[j].update(piece)
