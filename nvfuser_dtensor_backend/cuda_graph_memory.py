@@ -59,6 +59,12 @@ indices), except its parameters and buffers (inputs used in place, which stay wh
 are): a recording copies such an input into a buffer of its own, so a backward recorded on
 the user's tensor (BART's shared embedding, called twice before its backward and warmed up
 on the encoder's call) was never replayed either.
+A forward that ``cuda_graphs="auto"`` leaves uncaptured for good (fewer than 3 kernel
+launches, ``too_few_launches``) has no runner to note what it saves, so its backward, if
+captured, found new saved values in every step and recorded again: one of BART's backwards
+held 16 recordings after 13 steps, none free, with 7.5 GB reserved against inductor's 2.9
+(H100, session 33). Such a forward takes its backward with it (``CudaGraphs.captured``, the
+rule dynamo's "cudagraphs" backend has for the pair).
 
 Note [Lent outputs read in place]
 A forward's large user outputs are lent (Note [CUDA graphs of our own]); passed to the

@@ -276,6 +276,8 @@ class CudaGraphs:
                 if few is not None:
                     log.info("nvfuser_dtensor: the %s graph runs without CUDA graphs: %s", kind, few)
                     note_uncaptured(f"{kind}: fewer than {MIN_LAUNCHES} kernel launches")
+                    if kind == "forward":  # Note [Backwards of uncaptured forwards]
+                        self.captured = False
                     return compiled
                 log.info("nvfuser_dtensor: the %s graph replays as a CUDA graph (%d static inputs of %d)",
                          kind, len(static), len(inputs))

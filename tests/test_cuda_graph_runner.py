@@ -641,6 +641,18 @@ def test_every_recording_of_a_bart_with_layer_graphs_replays(captured_on_cpu, mo
     assert made > 0 and not stale, f"{stale} of {made} recordings not replayed in the last step"
 
 
+def test_small_layer_graphs_left_uncaptured_take_their_backwards_with_them(captured_on_cpu, monkeypatch):
+    """The same BART with ``cuda_graphs="auto"``, which leaves graphs of fewer than 3 kernel
+    launches uncaptured. Such a forward has no runner to note its saved values (Note
+    [Backwards of uncaptured forwards]): its backward, captured, recorded on new addresses in
+    every step till it held 16 recordings (BART on an H100, session 33). Now it runs
+    uncaptured with its forward; the last step records nothing, and every recording
+    replays."""
+    monkeypatch.setattr(cuda_graphs, "refusal", lambda option, inputs: None if option is not False else "off")
+    stale, made = layer_graph_recordings("cpu", torch.float32, monkeypatch, cuda_graphs="auto")
+    assert made > 0 and not stale, f"{stale} of {made} recordings not replayed in the last step"
+
+
 class CapturingFailure(ReplayByRerun):
     """A capture during which the graph raises (as PyTorch refuses a copy from pageable CPU
     memory under capture: BART's and T5's constants on the H200)."""

@@ -305,6 +305,17 @@ def test_every_recording_of_a_bart_with_layer_graphs_replays(monkeypatch):
 
 
 @gpu
+def test_small_layer_graphs_left_uncaptured_take_their_backwards_with_them(monkeypatch):
+    """The same with ``cuda_graphs="auto"`` (the default): the backwards of forwards left
+    uncaptured for too few kernel launches recorded again in every step (Note [Backwards of
+    uncaptured forwards]); now the last step records nothing."""
+    from helpers import layer_graph_recordings
+
+    stale, made = layer_graph_recordings(DEVICE, torch.bfloat16, monkeypatch, cuda_graphs="auto")
+    assert made > 0 and not stale, f"{stale} of {made} recordings not replayed in the last step"
+
+
+@gpu
 def test_free_memory_lists_what_a_capture_may_reuse():
     from nvfuser_dtensor_backend.cuda_graph_runner import CudaCapture
 
