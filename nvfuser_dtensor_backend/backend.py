@@ -39,7 +39,6 @@ from .one_hot_sum import fold_one_hot_sums
 from .padded_rows import pad_on_padded_rows, reduce_padded_rows, rows_widened
 from .pad_matmul import pad_matmuls
 from .partition import PartitionReport, partition
-from .staged_column_sums import stage_column_sums
 from .region import FUSION_CACHE, FusedRegion, _first_line
 
 log = logging.getLogger("nvfuser_dtensor_backend")
@@ -189,7 +188,6 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
         write_stacks_once(gm)
         reduce_padded_rows(gm)
         pad_on_padded_rows(gm)
-        stage_column_sums(gm)  # an A/B switch, off: Note [Column sums in two stages]
     fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul,
                                      replay_input_free=region_cls is FusedRegion,
                                      one_gemm_per_region=region_cls is FusedRegion,
