@@ -1,4 +1,4 @@
-# Session 33's last device call (about 560 s), at the final package:
+# Session 33's last device call (about 500 s), at the final package:
 #   source .device/setup.sh && source scripts/gpu_prelude.sh $OUT/prelude && bash benchmarks/results/session33/final_call.sh > $OUT/final_call.log 2>&1
 # 1. every GPU test at main's defaults (the far-apart cut on, small forwards taking their
 #    backwards out of capture), and beside them BART's training row against inductor and its
@@ -7,21 +7,21 @@
 # 2. then, nothing else on the GPU, the fusion suite's small and medium bf16 cases against
 #    inductor (goal 4f) and the pre-norm transformer block against reduce-overhead (goal 4d).
 nvidia-smi -L
-OUT=$OUT/zoo ZOO_MODELS=bart ZOO_MODES=train ZOO_JOBS=1 ZOO_TIMEOUT=300 GPU_TESTS=none \
-  OVERHEAD_TIMEOUT=0 TOP_KERNELS=0 timeout 320 bash scripts/gpu_zoo_own_graphs.sh > $OUT/zoo.log 2>&1 &
+OUT=$OUT/zoo ZOO_MODELS=bart ZOO_MODES=train ZOO_JOBS=1 ZOO_TIMEOUT=280 GPU_TESTS=none \
+  OVERHEAD_TIMEOUT=0 TOP_KERNELS=0 timeout 295 bash scripts/gpu_zoo_own_graphs.sh > $OUT/zoo.log 2>&1 &
 (for b in nvfuser_dtensor inductor:reduce-overhead; do  # host time of GPT-2's step, by function (rough beside the tests)
-   timeout 120 python3 scripts/gpu_step_profile.py gpt2 --backend $b --steps 20 > $OUT/profile_gpt2_${b%%:*}.log 2>&1; done) &
+   timeout 140 python3 scripts/gpu_step_profile.py gpt2 --backend $b --steps 20 > $OUT/profile_gpt2_${b%%:*}.log 2>&1; done) &
 timeout -s INT -k 20 290 python3 -m pytest -v -p no:cacheprovider -rfEs --tb=short -n 6 $(cat scripts/gpu_tests.txt) \
   tests/distributed/test_local_cuda_graphs.py tests/test_packaging.py > $OUT/gpu_tests.log 2>&1
 echo "== GPU tests, main's defaults"; grep -E "^(FAILED|ERROR)|passed|failed" $OUT/gpu_tests.log | tail -12
 wait
 grep -vE "Warning|warn\(" $OUT/zoo.log | grep -E "^\|" | cut -c1-400
 echo "== fusion suite, bf16, small and medium (goal 4f)"
-timeout 150 python3 -m benchmarks.run --device cuda --dtype bfloat16 --iters 30 \
+timeout 110 python3 -m benchmarks.run --device cuda --dtype bfloat16 --iters 30 \
   --cases bias_gelu_tanh,bias_gelu_exact,layer_norm,rms_norm,softmax,add_layer_norm --sizes small,medium \
-  --out $OUT/suite --budget-s 120 > $OUT/suite.log 2>&1
+  --out $OUT/suite --budget-s 85 > $OUT/suite.log 2>&1
 echo "== pre-norm transformer block against reduce-overhead (goal 4d)"
-timeout 100 python3 -m benchmarks.run --device cuda --dtype bfloat16 --iters 30 --cases transformer_block --sizes large \
+timeout 80 python3 -m benchmarks.run --device cuda --dtype bfloat16 --iters 30 --cases transformer_block --sizes large \
   --backends inductor,inductor:reduce-overhead,nvfuser_dtensor --out $OUT/suite --append > $OUT/block.log 2>&1
 grep -E "^\|" $OUT/suite/summary.md | head -40
 for f in $OUT/profile_gpt2_*.log; do echo "== $f"; grep -vE "Warning|warn\(" $f | grep -A22 "^==" | cut -c1-200; done
