@@ -1,4 +1,4 @@
-# Session 33's last device call (about 500 s), at the final package:
+# Session 33's last device call (about 460 s), at the final package:
 #   source .device/setup.sh && source scripts/gpu_prelude.sh $OUT/prelude && bash benchmarks/results/session33/final_call.sh > $OUT/final_call.log 2>&1
 # 1. every GPU test at main's defaults (the far-apart cut on, small forwards taking their
 #    backwards out of capture), and beside them BART's training row against inductor and its
@@ -17,11 +17,11 @@ echo "== GPU tests, main's defaults"; grep -E "^(FAILED|ERROR)|passed|failed" $O
 wait
 grep -vE "Warning|warn\(" $OUT/zoo.log | grep -E "^\|" | cut -c1-400
 echo "== fusion suite, bf16, small and medium (goal 4f)"
-timeout 110 python3 -m benchmarks.run --device cuda --dtype bfloat16 --iters 30 \
+timeout 75 python3 -m benchmarks.run --device cuda --dtype bfloat16 --iters 30 \
   --cases bias_gelu_tanh,bias_gelu_exact,layer_norm,rms_norm,softmax,add_layer_norm --sizes small,medium \
-  --out $OUT/suite --budget-s 85 > $OUT/suite.log 2>&1
+  --out $OUT/suite --budget-s 55 > $OUT/suite.log 2>&1
 echo "== pre-norm transformer block against reduce-overhead (goal 4d)"
-timeout 80 python3 -m benchmarks.run --device cuda --dtype bfloat16 --iters 30 --cases transformer_block --sizes large \
+timeout 70 python3 -m benchmarks.run --device cuda --dtype bfloat16 --iters 30 --cases transformer_block --sizes large \
   --backends inductor,inductor:reduce-overhead,nvfuser_dtensor --out $OUT/suite --append > $OUT/block.log 2>&1
 grep -E "^\|" $OUT/suite/summary.md | head -40
 for f in $OUT/profile_gpt2_*.log; do echo "== $f"; grep -vE "Warning|warn\(" $f | grep -A22 "^==" | cut -c1-200; done
