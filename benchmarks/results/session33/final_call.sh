@@ -16,6 +16,7 @@ timeout -s INT -k 20 290 python3 -m pytest -v -p no:cacheprovider -rfEs --tb=sho
 echo "== GPU tests, main's defaults"; grep -E "^(FAILED|ERROR)|passed|failed" $OUT/gpu_tests.log | tail -12
 wait
 grep -vE "Warning|warn\(" $OUT/zoo.log | grep -E "^\|" | cut -c1-400
+if [ "${SKIP_SUITE:-0}" != 1 ]; then  # SKIP_SUITE=1: part 1 only (about 320 s)
 echo "== fusion suite, bf16, small and medium (goal 4f)"
 timeout 75 python3 -m benchmarks.run --device cuda --dtype bfloat16 --iters 30 \
   --cases bias_gelu_tanh,bias_gelu_exact,layer_norm,rms_norm,softmax,add_layer_norm --sizes small,medium \
@@ -24,4 +25,5 @@ echo "== pre-norm transformer block against reduce-overhead (goal 4d)"
 timeout 70 python3 -m benchmarks.run --device cuda --dtype bfloat16 --iters 30 --cases transformer_block --sizes large \
   --backends inductor,inductor:reduce-overhead,nvfuser_dtensor --out $OUT/suite --append > $OUT/block.log 2>&1
 grep -E "^\|" $OUT/suite/summary.md | head -40
+fi
 for f in $OUT/profile_gpt2_*.log; do echo "== $f"; grep -vE "Warning|warn\(" $f | grep -A22 "^==" | cut -c1-200; done
