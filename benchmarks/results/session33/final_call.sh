@@ -1,5 +1,6 @@
 # Session 33's last device call (about 460 s), at the final package:
 #   source .device/setup.sh && source scripts/gpu_prelude.sh $OUT/prelude && bash benchmarks/results/session33/final_call.sh > $OUT/final_call.log 2>&1
+# (ZOO_S, TESTS_S, PROFILE_S, WORKERS: limits and pytest workers of part 1, for a short budget)
 # 1. every GPU test at main's defaults (the far-apart cut on, small forwards taking their
 #    backwards out of capture), and beside them BART's training row against inductor and its
 #    reduce-overhead mode (recordings, memory, rows right; steps rough beside the tests), and
@@ -7,11 +8,11 @@
 # 2. then, nothing else on the GPU, the fusion suite's small and medium bf16 cases against
 #    inductor (goal 4f) and the pre-norm transformer block against reduce-overhead (goal 4d).
 nvidia-smi -L
-OUT=$OUT/zoo ZOO_MODELS=bart ZOO_MODES=train ZOO_JOBS=1 ZOO_TIMEOUT=280 GPU_TESTS=none \
-  OVERHEAD_TIMEOUT=0 TOP_KERNELS=0 timeout 295 bash scripts/gpu_zoo_own_graphs.sh > $OUT/zoo.log 2>&1 &
+OUT=$OUT/zoo ZOO_MODELS=bart ZOO_MODES=train ZOO_JOBS=1 ZOO_TIMEOUT=${ZOO_S:-280} GPU_TESTS=none \
+  OVERHEAD_TIMEOUT=0 TOP_KERNELS=0 timeout $((${ZOO_S:-280} + 15)) bash scripts/gpu_zoo_own_graphs.sh > $OUT/zoo.log 2>&1 &
 (for b in nvfuser_dtensor inductor:reduce-overhead; do  # host time of GPT-2's step, by function (rough beside the tests)
-   timeout 140 python3 scripts/gpu_step_profile.py gpt2 --backend $b --steps 20 > $OUT/profile_gpt2_${b%%:*}.log 2>&1; done) &
-timeout -s INT -k 20 290 python3 -m pytest -v -p no:cacheprovider -rfEs --tb=short -n 6 $(cat scripts/gpu_tests.txt) \
+   timeout ${PROFILE_S:-140} python3 scripts/gpu_step_profile.py gpt2 --backend $b --steps 20 > $OUT/profile_gpt2_${b%%:*}.log 2>&1; done) &
+timeout -s INT -k 20 ${TESTS_S:-290} python3 -m pytest -v -p no:cacheprovider -rfEs --tb=short -n ${WORKERS:-6} $(cat scripts/gpu_tests.txt) \
   tests/distributed/test_local_cuda_graphs.py tests/test_packaging.py > $OUT/gpu_tests.log 2>&1
 echo "== GPU tests, main's defaults"; grep -E "^(FAILED|ERROR)|passed|failed" $OUT/gpu_tests.log | tail -12
 wait
