@@ -176,7 +176,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
     """Partition an aten graph and swap each region for a FusedRegion (or ``region_cls``).
     ``random_ops=False`` (a DTensor graph's): random ops stay in PyTorch (Note [Random numbers
     drawn by nvFuser])."""
-    if region_cls is FusedRegion:  # DTensor graphs (the global view) keep theirs as they are
+    local = region_cls is FusedRegion  # not the DTensor global view's regions
+    if local:  # DTensor graphs (the global view) keep theirs as they are
         if kind == "inference":
             _eliminate_common_subexpressions(gm)
         if options.pad_matmuls:
@@ -189,14 +190,11 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
         reduce_padded_rows(gm)
         pad_on_padded_rows(gm)
     fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul,
-                                     replay_input_free=region_cls is FusedRegion,
-                                     one_gemm_per_region=region_cls is FusedRegion,
-                                     random_ops=random_ops and region_cls is FusedRegion,
-                                     far_apart=region_cls is FusedRegion)
+                                     random_ops=random_ops and local, global_view=not local)
     # The global view runs its graphs on DTensors, which inductor does not take: there,
     # regions fall back to the aten code and the code between regions stays as it is.
-    use_inductor = options.fallback == "inductor" and region_cls is FusedRegion
-    graph_report = GraphReport(kind=kind if region_cls is FusedRegion else f"{kind}, global view", partition=report)
+    use_inductor = options.fallback == "inductor" and local
+    graph_report = GraphReport(kind=kind if local else f"{kind}, global view", partition=report)
     regions = {}
     for name in names:
         sub = getattr(fused, name)

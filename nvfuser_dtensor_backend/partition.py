@@ -598,29 +598,30 @@ def _deterministic(node: fx.Node) -> bool:
 
 
 def partition(
-    gm: fx.GraphModule, min_region_size: int = 1, fuse_matmul: bool = False, replay_input_free: bool = True,
-    one_gemm_per_region: bool = True, random_ops: bool = True, far_apart: bool = True,
+    gm: fx.GraphModule, min_region_size: int = 1, fuse_matmul: bool = False, random_ops: bool = True,
+    global_view: bool = False,
 ) -> tuple[fx.GraphModule, list[str], PartitionReport]:
     """Fuse supported nodes of ``gm`` into submodules named ``nvfuser_region_<i>``.
 
     Returns the rewritten graph module, the names of the region submodules and a report.
-    ``replay_input_free=False`` keeps input-free values as region outputs (Note [Input-free
-    outputs]): the DTensor global view runs the code outside regions on DTensors, where a
-    plain tensor made by a replayed factory op would not mix. ``one_gemm_per_region=False``
-    keeps the matmuls of a region together (Note [One matmul per region]): the global view's
-    fusions carry the relayouts between them, which nvFuser turns into communication.
     ``random_ops=False`` leaves random ops to PyTorch (graphs with DTensor inputs; Note
-    [Random numbers drawn by nvFuser]). ``far_apart=False`` keeps regions whole where their
-    parts lie far apart (Note [Parts of a region far apart]): the global view's keep the
-    matmuls and relayouts inside, where that rule has not been tried.
+    [Random numbers drawn by nvFuser]). ``global_view=True`` (the DTensor global view's
+    graphs, which run the code outside regions on DTensors and whose fusions carry the
+    relayouts that nvFuser turns into communication):
+    - keeps input-free values as region outputs (Note [Input-free outputs]): a plain tensor
+      made by a replayed factory op would not mix with DTensors;
+    - keeps the matmuls of a region together (Note [One matmul per region]);
+    - keeps regions whole where their parts lie far apart (Note [Parts of a region far
+      apart]): that rule has not been tried on matmuls and relayouts inside.
     """
+    local = not global_view
     support = NvFuserSupport(fuse_matmul, on_cuda=_graph_on_cuda(gm), random_ops=random_ops)
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    if far_apart and SPLIT_FAR and not SPLIT_UNRELATED:  # before the cut at matmuls, which no join may undo
+    if local and SPLIT_FAR and not SPLIT_UNRELATED:  # before the cut at matmuls, which no join may undo
         partitions = _split_far_parts(partitions, gm.graph)
-    if fuse_matmul and one_gemm_per_region:
+    if fuse_matmul and local:
         partitions = [piece for p in partitions for piece in _split_at_gemms(p, order)]
     if SPLIT_UNRELATED:
         partitions = _join_producers(partitions)
@@ -629,7 +630,7 @@ def partition(
     report = PartitionReport()
     kept = []
     for p in partitions:
-        if replay_input_free:
+        if local:
             _replay_input_free_outside(p, gm.graph)
         while _replay_views_outside(p, gm.graph) | _trim_trailing_views(p):
             pass
@@ -639,7 +640,7 @@ def partition(
             kept.append(p)
         else:
             report.small += 1
-    if INPUT_FREE_INSIDE and replay_input_free:
+    if INPUT_FREE_INSIDE and local:
         _make_input_free_inside(kept, gm.graph, support, order)
     for node, reason in support.unsupported.items():
         report.unsupported[reason] += 1
