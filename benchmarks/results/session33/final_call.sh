@@ -1,4 +1,7 @@
-# Session 33's last device call (about 460 s), at the final package:
+# Prepared in session 33 for its last device call, which got no machine (four tries failed and
+# left too little time to start one): the next device session's first call (about 460 s) now.
+# It runs every GPU test at the final package, which no GPU has run (the small forwards' rule
+# for CUDA graphs, BART's fix, is new; the far-apart cut's default ran with its variable set).
 #   source .device/setup.sh && source scripts/gpu_prelude.sh $OUT/prelude && bash benchmarks/results/session33/final_call.sh > $OUT/final_call.log 2>&1
 # (ZOO_S, TESTS_S, PROFILE_S, WORKERS: limits and pytest workers of part 1, for a short budget)
 # 1. every GPU test at main's defaults (the far-apart cut on, small forwards taking their
