@@ -7,14 +7,17 @@
 # 1. every GPU test at main's defaults (the far-apart cut on, small forwards taking their
 #    backwards out of capture), and beside them BART's training row against inductor and its
 #    reduce-overhead mode (recordings, memory, rows right; steps rough beside the tests), and
-#    a cProfile of GPT-2's training step, ours and reduce-overhead (scripts/gpu_step_profile.py);
+#    a cProfile of GPT-2's and ViT-S/16's training steps, ours and reduce-overhead
+#    (scripts/gpu_step_profile.py; ViT-S/16 ran at 0.92x reduce-overhead with fewer kernel ms);
 # 2. then, nothing else on the GPU, the fusion suite's small and medium bf16 cases against
 #    inductor (goal 4f) and the pre-norm transformer block against reduce-overhead (goal 4d).
 nvidia-smi -L
 OUT=$OUT/zoo ZOO_MODELS=bart ZOO_MODES=train ZOO_JOBS=1 ZOO_TIMEOUT=${ZOO_S:-280} GPU_TESTS=none \
   OVERHEAD_TIMEOUT=0 TOP_KERNELS=0 timeout $((${ZOO_S:-280} + 15)) bash scripts/gpu_zoo_own_graphs.sh > $OUT/zoo.log 2>&1 &
-(for b in nvfuser_dtensor inductor:reduce-overhead; do  # host time of GPT-2's step, by function (rough beside the tests)
-   timeout ${PROFILE_S:-140} python3 scripts/gpu_step_profile.py gpt2 --backend $b --steps 20 > $OUT/profile_gpt2_${b%%:*}.log 2>&1; done) &
+for m in gpt2 vit_s16; do  # host time of the step, by function (rough beside the tests)
+  (for b in nvfuser_dtensor inductor:reduce-overhead; do
+     timeout ${PROFILE_S:-140} python3 scripts/gpu_step_profile.py $m --backend $b --steps 20 > $OUT/profile_${m}_${b%%:*}.log 2>&1; done) &
+done
 timeout -s INT -k 20 ${TESTS_S:-290} python3 -m pytest -v -p no:cacheprovider -rfEs --tb=short -n ${WORKERS:-6} $(cat scripts/gpu_tests.txt) \
   tests/distributed/test_local_cuda_graphs.py tests/test_packaging.py > $OUT/gpu_tests.log 2>&1
 echo "== GPU tests, main's defaults"; grep -E "^(FAILED|ERROR)|passed|failed" $OUT/gpu_tests.log | tail -12
@@ -30,4 +33,4 @@ timeout 70 python3 -m benchmarks.run --device cuda --dtype bfloat16 --iters 30 -
   --backends inductor,inductor:reduce-overhead,nvfuser_dtensor --out $OUT/suite --append > $OUT/block.log 2>&1
 grep -E "^\|" $OUT/suite/summary.md | head -40
 fi
-for f in $OUT/profile_gpt2_*.log; do echo "== $f"; grep -vE "Warning|warn\(" $f | grep -A22 "^==" | cut -c1-200; done
+for f in $OUT/profile_*.log; do echo "== $f"; grep -vE "Warning|warn\(" $f | grep -A22 "^==" | cut -c1-200; done
