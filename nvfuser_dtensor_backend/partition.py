@@ -237,53 +237,6 @@ def _replay_input_free_outside(p, graph: fx.Graph) -> bool:
     return replayed
 
 
-# Note [Input-free inputs made inside]
-# The other half of Note [Input-free outputs]: a region that reads a value made from no input
-# (the zeros a slice's backward scatters into, a mask) gets it from PyTorch, one fill kernel
-# per step and a read of it inside the region, when that value was made outside the region or
-# replayed outside for it. Llama's backward reads a zeros tensor of the rotary embedding's
-# shape in each layer's region (the CPU stand-in's graph: ``aten.full`` outside every region);
-# on one H100 its step had four bf16 fills, 0.10 ms (session 30). With
-# ``NVFUSER_DTENSOR_INPUT_FREE_INSIDE=1`` (an A/B switch, read at import; off until a GPU run
-# checks it) each region makes such a value itself from a private copy of the nodes that make
-# it, which it never outputs; the copy outside is left to the regions' other readers, or
-# erased when nothing reads it any more.
-INPUT_FREE_INSIDE = env_flag("NVFUSER_DTENSOR_INPUT_FREE_INSIDE")
-
-
-def _copy_into(p, graph: fx.Graph, node: fx.Node, before: fx.Node, made: dict) -> fx.Node:
-    """A copy of ``node`` and of its ancestors in ``p``, before ``before`` (``made``: the copies
-    so far, original -> copy)."""
-    if node not in made:
-        args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda a: _copy_into(p, graph, a, before, made))
-        with graph.inserting_before(before):
-            made[node] = graph.call_function(node.target, args, kwargs)
-        made[node].meta = dict(node.meta)
-        p.add_node(made[node])
-    return made[node]
-
-
-def _make_input_free_inside(partitions: list, graph: fx.Graph, support, order: dict[fx.Node, int]) -> None:
-    fused = {n for p in partitions for n in p.nodes}
-    free: dict[fx.Node, bool] = {}  # filled inputs first
-
-    def input_free(node: fx.Node) -> bool:
-        if node not in free:
-            free[node] = (node.op == "call_function" and node not in fused and _deterministic(node)
-                          and support.is_node_supported({}, node)
-                          and all(input_free(a) for a in node.all_input_nodes))
-        return free[node]
-
-    for p in partitions:
-        made: dict[fx.Node, fx.Node] = {}
-        for reader in sorted(p.nodes, key=order.__getitem__):  # the first reader comes first
-            for a in [a for a in reader.all_input_nodes if input_free(a)]:
-                reader.replace_input_with(a, _copy_into(p, graph, a, reader, made))
-    for node in reversed(list(free)):  # readers before what they read
-        if free[node] and not node.users:
-            graph.erase_node(node)
-
-
 # Note [One matmul per region]
 # With ``fuse_matmul``, nearly every node of a transformer is supported, so the partitioner
 # proposed one region for most of a graph (BERT's training step: 3 regions). nvFuser
@@ -640,8 +593,6 @@ def partition(
             kept.append(p)
         else:
             report.small += 1
-    if INPUT_FREE_INSIDE and local:
-        _make_input_free_inside(kept, gm.graph, support, order)
     for node, reason in support.unsupported.items():
         report.unsupported[reason] += 1
     if not kept:

@@ -190,15 +190,11 @@ def test_input_free_values_used_outside_are_made_outside():
     check_parity(f, torch.randn(2, 8, 8))
 
 
-@pytest.mark.parametrize("inside", [False, True])
-def test_input_free_values_read_by_regions_are_made_inside_with_the_switch(inside, monkeypatch):
-    # Note [Input-free inputs made inside]: the zeros two regions read (Llama's rotary
-    # backward's slice_backward, once per layer) are made in PyTorch for the second region
-    # by default, and by each region itself with NVFUSER_DTENSOR_INPUT_FREE_INSIDE=1
-    from nvfuser_dtensor_backend import partition as partition_module
-
-    monkeypatch.setattr(partition_module, "INPUT_FREE_INSIDE", inside)
-
+def test_input_free_values_read_by_two_regions_are_made_once_outside():
+    # Note [Input-free outputs]: the zeros two regions read (Llama's rotary backward's
+    # slice_backward, once per layer) are made in PyTorch for the second region, once (a
+    # switch that had each region make them itself moved no kernel time: Llama 4.17 -> 4.18
+    # ms on an H100, session 31; removed in session 33)
     def f(x):
         z = torch.zeros(4, 8, device=x.device) + 1.5  # made from nothing, read by both regions
         a = torch.cumsum(x * 2 + z, 0)  # cumsum runs in PyTorch: the regions around it are two
@@ -210,8 +206,8 @@ def test_input_free_values_read_by_regions_are_made_inside_with_the_switch(insid
     outside = [n.target for n in fused.graph.nodes if n.op == "call_function"
                and not str(n.target).startswith("nvfuser_region_")]
     made_outside = [t for t in outside if t in (torch.ops.aten.zeros.default, torch.ops.aten.add.Tensor)]
-    assert made_outside == ([] if inside else [torch.ops.aten.zeros.default, torch.ops.aten.add.Tensor])
-    assert [ops.count("aten.zeros.default") for ops in report.regions] == ([1, 1] if inside else [1, 0])
+    assert made_outside == [torch.ops.aten.zeros.default, torch.ops.aten.add.Tensor]
+    assert [ops.count("aten.zeros.default") for ops in report.regions] == [1, 0]
     check_parity(f, randn(4, 8))
 
 
