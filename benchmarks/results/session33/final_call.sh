@@ -1,4 +1,4 @@
-# Prepared in session 33 for its last device call, which got no machine (four tries failed and
+# Prepared in session 33 for its last device call, which got no machine (seven tries failed and
 # left too little time to start one): the next device session's first call (about 460 s) now.
 # It runs every GPU test at the final package, which no GPU has run (the small forwards' rule
 # for CUDA graphs, BART's fix, is new; the far-apart cut's default ran with its variable set).
