@@ -21,7 +21,6 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.fx._lazy_graph_module import _LazyGraphModule
-from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ._nvfuser import multidevice_abi_reason, nvfuser
@@ -30,6 +29,7 @@ from .cuda_graphs import CudaGraphs
 from .decompositions import decomposition_table
 from .distributed.global_view import NotGlobalView, compile_global_view, global_view_reason, has_dtensor
 from .options import Options
+from .partition_proposal import Partitioner
 from .cpu_constants import copy_constants_once
 from .dense_stack import write_stacks_once
 from .early_gather import gather_early
@@ -145,7 +145,7 @@ class _InductorRest(torch.nn.Module):
 
 def _compile_rest_with_inductor(fused: fx.GraphModule) -> list[LazyInductor]:
     """With ``fallback="inductor"``, hand the code between regions to inductor (lazily)."""
-    partitioner = CapabilityBasedPartitioner(fused, _RestSupport(), allows_single_node_partition=True)
+    partitioner = Partitioner(fused, _RestSupport(), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     if not partitions:
         return []

@@ -1,5 +1,5 @@
-"""How much of the backend's own graph work (``graphs_s``, Note [First-call accounting]) is FX's
-``CapabilityBasedPartitioner.propose_partitions``, per zoo model (tiny widths, 4 layers: the
+"""How much of the backend's own graph work (``graphs_s``, Note [First-call accounting]) is the
+partition proposal (FX's algorithm, Note [Partition proposals on bit masks]), per zoo model (tiny widths, 4 layers: the
 node count, not the widths, sets its time), on the CPU.
 
     PYTHONPATH=. .venv/bin/python scripts/cpu_partition_time.py t5 gpt2
@@ -8,13 +8,13 @@ import sys, time
 import torch
 from benchmarks import zoo, zoo_builders, zoo_check
 zoo_builders.LM["tiny"]["layers"] = 4
-import torch.fx.passes.infra.partitioner as P
 from nvfuser_dtensor_backend import compile_time
-orig = P.CapabilityBasedPartitioner.propose_partitions
+from nvfuser_dtensor_backend.partition_proposal import Partitioner as P
+orig = P.propose_partitions
 spent = [0.0, 0]
 def timed(self):
     t0 = time.perf_counter(); r = orig(self); spent[0] += time.perf_counter() - t0; spent[1] += len(self.graph_module.graph.nodes); return r
-P.CapabilityBasedPartitioner.propose_partitions = timed
+P.propose_partitions = timed
 for name in sys.argv[1:]:
     compile_time.stats(clear=True); spent[:] = [0.0, 0]
     zm = zoo.build(name, "tiny", "cpu", torch.bfloat16)

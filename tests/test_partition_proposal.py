@@ -1,0 +1,103 @@
+"""The partition proposal on bit masks proposes FX's partitions (Note [Partition proposals on bit masks])."""
+
+import operator
+import random
+
+import pytest
+import torch
+from torch import fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from nvfuser_dtensor_backend import partition_proposal
+from nvfuser_dtensor_backend.partition_proposal import Partitioner
+
+aten = torch.ops.aten
+
+
+def proposal(partitions):
+    return [(p.id, [(n.name, order) for n, order in p.nodes.items()]) for p in partitions]
+
+
+class _Named(OperatorSupportBase):
+    def __init__(self, names):
+        self.names = names
+
+    def is_node_supported(self, submodules, node):
+        return node.name in self.names
+
+
+def random_graph(rng: random.Random, size: int) -> tuple[fx.GraphModule, _Named]:
+    """A DAG of ``size`` ops, some with tuple outputs read through getitems, a random half supported."""
+    graph = fx.Graph()
+    values = [graph.placeholder(f"x{i}") for i in range(3)]
+    for _ in range(size):
+        kind = rng.random()
+        if kind < 0.15:  # a tuple output and its getitems
+            pair = graph.call_function(aten.var_mean.correction, (rng.choice(values[-8:]),))
+            values += [graph.call_function(operator.getitem, (pair, i)) for i in range(rng.choice((1, 2)))]
+        elif kind < 0.3:
+            values.append(graph.call_function(aten.view.default, (rng.choice(values[-6:]), [-1])))
+        else:
+            near, far = rng.choice(values[-5:]), rng.choice(values)
+            values.append(graph.call_function(rng.choice((aten.add.Tensor, aten.mul.Tensor)), (near, far)))
+    graph.output(tuple(rng.sample(values, 3)))
+    gm = fx.GraphModule(torch.nn.Module(), graph)
+    ops = [n.name for n in graph.nodes if n.op == "call_function"]
+    return gm, _Named(set(rng.sample(ops, len(ops) * rng.choice((1, 2, 3)) // 4)))
+
+
+def test_this_torch_runs_the_copy():
+    """torch 2.10 (CI's) runs the masks; another torch whose algorithm moved would run FX's own."""
+    if torch.__version__.startswith("2.10"):
+        assert partition_proposal.fx_algorithm_copied()
+
+
+@pytest.mark.parametrize("single", [True, False])
+@pytest.mark.parametrize("seed", range(12))
+def test_random_graphs_get_fx_partitions(seed, single):
+    rng = random.Random(seed)
+    gm, support = random_graph(rng, rng.choice((20, 60, 150)))
+    fx_partitions = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=single).propose_partitions()
+    ours = Partitioner(gm, support, allows_single_node_partition=single)._propose_with_masks()
+    assert proposal(ours) == proposal(fx_partitions)
+    assert len(fx_partitions) > 1  # the graphs do split
+
+
+def test_a_changed_fx_algorithm_runs_fx_own(monkeypatch):
+    gm, support = random_graph(random.Random(0), 40)
+    monkeypatch.setattr(partition_proposal, "FX_SOURCE_SHA256", "another torch")
+    partition_proposal.fx_algorithm_copied.cache_clear()
+    try:
+        ran = []
+        monkeypatch.setattr(Partitioner, "_propose_with_masks", lambda self: ran.append(1))
+        assert proposal(Partitioner(gm, support).propose_partitions()) == proposal(
+            CapabilityBasedPartitioner(gm, support).propose_partitions())
+        assert not ran
+    finally:
+        partition_proposal.fx_algorithm_copied.cache_clear()
+
+
+def test_zoo_training_graphs_get_fx_partitions(monkeypatch):
+    """The backend's own graphs of a Hugging Face model, forward and backward."""
+    pytest.importorskip("transformers")
+    if not partition_proposal.fx_algorithm_copied():
+        pytest.skip("this torch's partition proposal is not the one copied; FX's own runs")
+    from benchmarks import zoo, zoo_check
+
+    compared = []
+    masks = Partitioner._propose_with_masks
+
+    def both(self):
+        ours = masks(self)
+        fx_partitions = CapabilityBasedPartitioner(
+            self.graph_module, self.operator_support, self.allows_single_node_partition).propose_partitions()
+        assert proposal(ours) == proposal(fx_partitions)
+        compared.append(len(self.graph_module.graph.nodes))
+        return ours
+
+    monkeypatch.setattr(Partitioner, "_propose_with_masks", both)
+    zm = zoo.build("t5", "tiny", "cpu", torch.float32)
+    compiled = zoo_check.compile_model(zm.model, "nvfuser_dtensor")
+    zoo_check.seeded_step(compiled, zm, zm.make_inputs(0), True, 0, collect=False)
+    assert len(compared) >= 2 and max(compared) > 300
