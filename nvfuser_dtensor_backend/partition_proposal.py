@@ -19,8 +19,8 @@ proposed partitions are FX's: ``tests/test_partition_proposal.py`` compares both
 zoo's graphs and on random graphs. (The reach part of the check never decided a merge on
 20,000 small random graphs: a node downstream of a user already catches those cycles there.
 It is kept, as FX keeps it, since no proof says it never decides one.)
-On T5's tiny training graphs (4 layers, 1,071 nodes the largest) the proposals take 0.40 s
-instead of FX's 6.9 s on the CPU.
+On T5's tiny training graphs (4 layers, 1,071 nodes the largest) the proposals take 0.42 s
+instead of FX's 5.5 s on the CPU (`scripts/cpu_partition_time.py t5`).
 
 The copy is of torch 2.10's algorithm. Where the installed torch's ``propose_partitions``
 differs from that text (``FX_SOURCE_SHA256``), FX's own runs, so that a torch whose
