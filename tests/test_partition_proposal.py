@@ -13,6 +13,8 @@ from nvfuser_dtensor_backend import partition_proposal
 from nvfuser_dtensor_backend.partition_proposal import Partitioner
 
 aten = torch.ops.aten
+copied = pytest.mark.skipif(not partition_proposal.fx_algorithm_copied(),
+                            reason="this torch's partition proposal is not the one copied; FX's own runs")
 
 
 def proposal(partitions):
@@ -78,11 +80,24 @@ def test_a_changed_fx_algorithm_runs_fx_own(monkeypatch):
         partition_proposal.fx_algorithm_copied.cache_clear()
 
 
+@copied
+def test_a_failure_of_the_masks_warns_and_runs_fx_own(monkeypatch, caplog):
+    gm, support = random_graph(random.Random(1), 40)
+
+    def broken(self):
+        raise KeyError("a node")
+
+    monkeypatch.setattr(Partitioner, "_propose_with_masks", broken)
+    with caplog.at_level("WARNING", logger="nvfuser_dtensor_backend"):
+        ours = Partitioner(gm, support).propose_partitions()
+    assert proposal(ours) == proposal(CapabilityBasedPartitioner(gm, support).propose_partitions())
+    assert [r.message for r in caplog.records if "bit masks failed" in r.message]
+
+
+@copied
 def test_zoo_training_graphs_get_fx_partitions(monkeypatch):
     """The backend's own graphs of a Hugging Face model, forward and backward."""
     pytest.importorskip("transformers")
-    if not partition_proposal.fx_algorithm_copied():
-        pytest.skip("this torch's partition proposal is not the one copied; FX's own runs")
     from benchmarks import zoo, zoo_check
 
     compared = []
