@@ -22,9 +22,11 @@ It is kept, as FX keeps it, since no proof says it never decides one.)
 On T5's tiny training graphs (4 layers, 1,071 nodes the largest) the proposals take 0.42 s
 instead of FX's 5.5 s on the CPU (`scripts/cpu_partition_time.py t5`).
 
-The copy is of torch 2.10's algorithm. Where the installed torch's ``propose_partitions``
-differs from that text (``FX_SOURCE_SHA256``), FX's own runs, so that a torch whose
-algorithm changed keeps its own regions (one debug log line says so).
+The copy is of torch 2.10's and 2.11's algorithm, which differ in one step: torch 2.11
+moves getitems into their producer's partition until none moves (nested getitem chains),
+2.10 in one pass (2.11 also raises AssertionError where 2.10 asserts). Where the installed
+torch's ``propose_partitions`` is neither text (``FX_SOURCES``), FX's own runs, so that a
+torch whose algorithm changed keeps its own regions (one debug log line says so).
 """
 
 from __future__ import annotations
@@ -42,17 +44,24 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 
 log = logging.getLogger("nvfuser_dtensor_backend")
 
-# sha256 of inspect.getsource(CapabilityBasedPartitioner.propose_partitions) in torch 2.10
-FX_SOURCE_SHA256 = "323d871e451fe7ea5b8badbae842e0a8303a49f5ccb23c4e15730d02862bc657"
+# sha256 of inspect.getsource(CapabilityBasedPartitioner.propose_partitions) -> whether
+# that torch moves getitems to their producers until none moves
+FX_SOURCES = {
+    "323d871e451fe7ea5b8badbae842e0a8303a49f5ccb23c4e15730d02862bc657": False,  # torch 2.10
+    "f9ee7d13c804a0e1ed2cf2805da0e2ae060a3e7d908119e4e0a1e6eeac8e0b3f": True,  # torch 2.11
+}
+
+
+def _fx_source_key() -> str:
+    return hashlib.sha256(inspect.getsource(CapabilityBasedPartitioner.propose_partitions).encode()).hexdigest()
 
 
 @functools.cache
 def fx_algorithm_copied() -> bool:
-    """Whether the installed torch proposes partitions with the algorithm copied here."""
-    source = inspect.getsource(CapabilityBasedPartitioner.propose_partitions)
-    same = hashlib.sha256(source.encode()).hexdigest() == FX_SOURCE_SHA256
+    """Whether the installed torch proposes partitions with an algorithm copied here."""
+    same = _fx_source_key() in FX_SOURCES
     if not same:
-        log.debug("nvfuser_dtensor: this torch's partition proposal differs from torch 2.10's; FX's own runs")
+        log.debug("nvfuser_dtensor: this torch's partition proposal is not torch 2.10's or 2.11's; FX's own runs")
     return same
 
 
@@ -80,7 +89,9 @@ class Partitioner(CapabilityBasedPartitioner):
                         type(e).__name__, e)
             return super().propose_partitions()
 
-    def _propose_with_masks(self) -> list[Partition]:
+    def _propose_with_masks(self, getitems_until_settled: bool | None = None) -> list[Partition]:
+        if getitems_until_settled is None:
+            getitems_until_settled = FX_SOURCES[_fx_source_key()]
         nodes = list(self.graph_module.graph.nodes)
         bit = {node: 1 << i for i, node in enumerate(nodes)}
         down = _downstream_masks(nodes, bit)
@@ -167,21 +178,27 @@ class Partitioner(CapabilityBasedPartitioner):
         for partition in partitions_by_id.values():
             partition.nodes = dict(sorted(partition.nodes.items(), key=operator.itemgetter(1), reverse=True))
 
-        # FX's post-processing: getitems join their producer's partition
-        nodes_reassignment: dict[Node, int] = {}
-        for node in nodes:
-            is_tuple_output = True
-            for user in node.users:
-                if user.op != "call_function" or _get_qualified_name(user.target) != "_operator.getitem":
-                    is_tuple_output = False
-                    break
-            if is_tuple_output:
-                id = assignment.get(node)
+        # FX's post-processing: getitems join their producer's partition (torch 2.11: until
+        # none moves, for getitems of getitems)
+        while True:
+            nodes_reassignment: dict[Node, int] = {}
+            for node in nodes:
+                is_tuple_output = True
                 for user in node.users:
-                    if assignment.get(user) != id:
-                        nodes_reassignment[user] = id
-        for node, id in nodes_reassignment.items():
-            merge_single_node(node, None, id)
+                    if user.op != "call_function" or _get_qualified_name(user.target) != "_operator.getitem":
+                        is_tuple_output = False
+                        break
+                if is_tuple_output:
+                    id = assignment.get(node)
+                    for user in node.users:
+                        if assignment.get(user) != id:
+                            nodes_reassignment[user] = id
+            if not nodes_reassignment:
+                break
+            for node, id in nodes_reassignment.items():
+                merge_single_node(node, None, id)
+            if not getitems_until_settled:
+                break
 
         if not self.allows_single_node_partition:
             non_compute_ops = {"torch.ops.aten.view", "_operator.getitem"}.union(set(self.non_compute_ops))
