@@ -52,6 +52,7 @@ FX_SOURCES = {
 }
 
 
+@functools.cache
 def _fx_source_key() -> str:
     return hashlib.sha256(inspect.getsource(CapabilityBasedPartitioner.propose_partitions).encode()).hexdigest()
 
