@@ -5,6 +5,7 @@ backend). Issue 13: GPT-2's step is 7.9 ms against 5.8 ms of kernels, reduce-ove
 against about 6.7.
 
     source .device/setup.sh && python3 scripts/gpu_step_profile.py gpt2 --backend nvfuser_dtensor
+    python3 scripts/gpu_step_profile.py phi --gaps   # then host syncs and the GPU's idle gaps in one step
     python3 scripts/gpu_step_profile.py gpt2 --backend nvfuser_dtensor --device cpu --size tiny   # smoke
 """
 
@@ -35,6 +36,9 @@ def main() -> None:
     p.add_argument("--size", default="real")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--gaps", action="store_true",
+                   help="instead of the cProfile: the host syncs of one steady step (CUDA's sync debug "
+                        "mode) and the GPU's idle gaps in another (torch.profiler)")
     a = p.parse_args()
     dtype = torch.bfloat16
     zm = zoo.build(a.model, a.size, a.device, dtype)
@@ -55,6 +59,10 @@ def main() -> None:
         sync()
         times.append((time.perf_counter() - t0) * 1e3)
     print(f"== {a.model} {a.backend}: step {statistics.median(times):.2f} ms (median of {a.steps}, synchronized)")
+    if a.gaps:
+        host_syncs(step)
+        gpu_gaps(step, a.top)
+        return
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(a.steps):
@@ -67,6 +75,79 @@ def main() -> None:
         body = out.getvalue()
         print(f"-- by {key}, {a.steps} steps")
         print(body[body.find("ncalls"):])
+
+
+def host_syncs(step) -> None:
+    """Every host sync in one steady step (``torch.cuda.set_sync_debug_mode``), with the
+    innermost frames that are not torch's own: a sync between the forward's and the backward's
+    replays leaves the GPU idle while the host prepares the backward."""
+    import traceback
+    import warnings
+
+    seen = []
+
+    def noted(message, category, filename, lineno, file=None, line=None):
+        frames = [f for f in traceback.extract_stack()[:-1] if "/torch/" not in f.filename and "warnings" not in f.filename]
+        seen.append((str(message).splitlines()[0][:100], frames[-4:]))
+
+    show = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = noted
+        on_gpu = torch.cuda.is_available()
+        if on_gpu:
+            torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            if on_gpu:
+                torch.cuda.set_sync_debug_mode(0)
+                torch.cuda.synchronize()
+            warnings.showwarning = show
+    syncs = [s for s in seen if "synchroniz" in s[0]]
+    print(f"-- host syncs in one steady step: {len(syncs)}")
+    for msg, frames in syncs[:12]:
+        print("  ", msg, "|", " <- ".join(f"{Path(f.filename).name}:{f.lineno}({f.name})" for f in reversed(frames)))
+
+
+def gpu_gaps(step, top: int) -> None:
+    """The GPU's idle time in one steady step, and its longest gaps, each with the GPU work
+    before and after it and the CUDA runtime calls the host made meanwhile."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        sync()
+    events = prof.events()
+    gpu = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CUDA),
+                 key=lambda e: e.time_range.start)
+    runtime = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("cuda")),
+                     key=lambda e: e.time_range.start)
+    if not gpu:
+        print("-- no GPU activity recorded")
+        return
+    gaps, end = [], gpu[0].time_range.end
+    for before, after in zip(gpu, gpu[1:]):
+        if after.time_range.start > end:
+            gaps.append((after.time_range.start - end, end, before.name, after.name))
+        end = max(end, after.time_range.end)
+    span = end - gpu[0].time_range.start
+    idle = sum(g[0] for g in gaps)
+    counts = {}
+    for e in runtime:
+        counts[e.name] = counts.get(e.name, 0) + 1
+    print(f"-- one steady step under the profiler: GPU span {span / 1e3:.2f} ms, idle inside it {idle / 1e3:.2f} ms "
+          f"in {sum(g[0] > 20 for g in gaps)} gaps over 20 us; {len(gpu)} GPU activities")
+    print("   CUDA runtime calls:", ", ".join(f"{k} x{v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
+    for length, at, before, after in sorted(gaps, reverse=True)[:top]:
+        calls = [e.name for e in runtime if at <= e.time_range.start < at + length]
+        summary = {}
+        for c in calls:
+            summary[c] = summary.get(c, 0) + 1
+        print(f"   {length:7.0f} us at +{(at - gpu[0].time_range.start) / 1e3:.2f} ms: after {before[:60]!r}, "
+              f"before {after[:60]!r}; host meanwhile: {', '.join(f'{k} x{v}' for k, v in summary.items()) or '-'}")
 
 
 if __name__ == "__main__":
