@@ -5,8 +5,8 @@
 #    reduce-overhead) and T5 (its graph work leans on the proposal) against inductor and
 #    reduce-overhead, each model in its own process;
 # 3. if the deadline allows, alone: the host syncs and the GPU's idle gaps of one steady step
-#    of Phi and GPT-2 (scripts/gpu_step_profile.py --gaps): where our step's time beyond its
-#    kernels goes.
+#    of GPT-2 and Phi (scripts/gpu_step_profile.py --gaps): where our step's time beyond its
+#    kernels goes; GPT-2 again with NVFUSER_DTENSOR_MIN_LAUNCHES=1 (its loss graphs captured).
 # TESTS_S, ZOO_S, ZOO_MODELS, DEADLINE_S (whole call) for a short budget; SKIP_ZOO=1: part 1 only.
 start=$SECONDS
 nvidia-smi -L
@@ -19,9 +19,10 @@ OUT=$OUT/zoo ZOO_MODELS=${ZOO_MODELS:-gpt2,phi,vit_s16,t5} ZOO_MODES=train ZOO_J
   ZOO_TIMEOUT=${ZOO_S:-230} OVERHEAD_TIMEOUT=0 TOP_KERNELS=0 timeout $((${ZOO_S:-230} + 20)) bash scripts/gpu_zoo_own_graphs.sh
 echo "== zoo done ($((SECONDS - start)) s)"
 fi
-for m in phi gpt2; do
+for arm in gpt2: gpt2:NVFUSER_DTENSOR_MIN_LAUNCHES=1 phi:; do
+  m=${arm%%:*}; envs=${arm#*:}; tag=$m${envs:+_min1}
   left=$(( ${DEADLINE_S:-540} - (SECONDS - start) ))
-  [ "$left" -gt 75 ] || { echo "== no time left for the gaps of $m ($left s)"; continue; }
-  timeout $((left - 5)) python3 scripts/gpu_step_profile.py $m --gaps --steps 10 --top 12 > $OUT/gaps_$m.log 2>&1
-  echo "== gaps of $m ($((SECONDS - start)) s)"; grep -vE "Warning|warn\(|^\s*$" $OUT/gaps_$m.log | tail -22
+  [ "$left" -gt 75 ] || { echo "== no time left for the gaps of $arm ($left s)"; continue; }
+  env $envs timeout $((left - 5)) python3 scripts/gpu_step_profile.py $m --gaps --steps 10 --top 12 > $OUT/gaps_$tag.log 2>&1
+  echo "== gaps of $arm ($((SECONDS - start)) s)"; grep -vE "Warning|warn\(|^\s*$" $OUT/gaps_$tag.log | tail -22
 done
