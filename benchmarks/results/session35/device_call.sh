@@ -1,28 +1,32 @@
 # Session 35's device call (about 520 s), on the package of its commit:
 #   source .device/setup.sh && source scripts/gpu_prelude.sh $OUT/prelude && bash benchmarks/results/session35/device_call.sh > $OUT/device_call.log 2>&1
 # 1. whether torch 2.11 runs the partition proposal on bit masks, and every GPU test (alone);
-# 2. the zoo's training rows of GPT-2 (goal 4b), Phi and ViT-S/16 (the rows below
-#    reduce-overhead) and T5 (its graph work leans on the proposal) against inductor and
-#    reduce-overhead, each model in its own process;
-# 3. if the deadline allows, alone: the host syncs and the GPU's idle gaps of one steady step
-#    of GPT-2 and Phi (scripts/gpu_step_profile.py --gaps): where our step's time beyond its
-#    kernels goes; GPT-2 again with NVFUSER_DTENSOR_MIN_LAUNCHES=1 (its loss graphs captured).
-# TESTS_S, ZOO_S, ZOO_MODELS, DEADLINE_S (whole call) for a short budget; SKIP_ZOO=1: part 1 only.
+# 2. alone, one process each, as the deadline allows (scripts/gpu_step_profile.py --gaps):
+#    the step time (median of 10 synchronized steps), host syncs and the GPU's idle gaps of
+#    GPT-2 (goal 4b) and Phi (the row furthest below reduce-overhead), ours and
+#    reduce-overhead's, and ours with NVFUSER_DTENSOR_MIN_LAUNCHES=1 (GPT-2's loss graphs
+#    captured);
+# 3. if time is left, the zoo's training rows of ZOO_MODELS against inductor and
+#    reduce-overhead, each model in its own process.
+# TESTS_S, DEADLINE_S (whole call), ARMS, ZOO_MODELS for a short budget.
 start=$SECONDS
 nvidia-smi -L
 python3 -c "import torch; from nvfuser_dtensor_backend.partition_proposal import fx_algorithm_copied as f; print('torch', torch.__version__, 'proposal on bit masks:', f())" 2>&1 | tail -1
-timeout -s INT -k 20 ${TESTS_S:-230} python3 -m pytest -v -p no:cacheprovider -rfEs --tb=short -n ${WORKERS:-8} $(cat scripts/gpu_tests.txt) \
+timeout -s INT -k 20 ${TESTS_S:-220} python3 -m pytest -v -p no:cacheprovider -rfEs --tb=short -n ${WORKERS:-8} $(cat scripts/gpu_tests.txt) \
   tests/distributed/test_local_cuda_graphs.py tests/test_packaging.py > $OUT/gpu_tests.log 2>&1
 echo "== GPU tests ($((SECONDS - start)) s)"; grep -E "^(FAILED|ERROR)|passed|failed|no tests" $OUT/gpu_tests.log | tail -12
-if [ "${SKIP_ZOO:-0}" != 1 ]; then
-OUT=$OUT/zoo ZOO_MODELS=${ZOO_MODELS:-gpt2,phi,vit_s16,t5} ZOO_MODES=train ZOO_JOBS=${ZOO_JOBS:-4} GPU_TESTS=none \
-  ZOO_TIMEOUT=${ZOO_S:-230} OVERHEAD_TIMEOUT=0 TOP_KERNELS=0 timeout $((${ZOO_S:-230} + 20)) bash scripts/gpu_zoo_own_graphs.sh
-echo "== zoo done ($((SECONDS - start)) s)"
-fi
-for arm in gpt2: gpt2:NVFUSER_DTENSOR_MIN_LAUNCHES=1 phi:; do
-  m=${arm%%:*}; envs=${arm#*:}; tag=$m${envs:+_min1}
-  left=$(( ${DEADLINE_S:-540} - (SECONDS - start) ))
-  [ "$left" -gt 75 ] || { echo "== no time left for the gaps of $arm ($left s)"; continue; }
-  env $envs timeout $((left - 5)) python3 scripts/gpu_step_profile.py $m --gaps --steps 10 --top 12 > $OUT/gaps_$tag.log 2>&1
-  echo "== gaps of $arm ($((SECONDS - start)) s)"; grep -vE "Warning|warn\(|^\s*$" $OUT/gaps_$tag.log | tail -22
+deadline=${DEADLINE_S:-530}
+for arm in ${ARMS:-gpt2:nvfuser_dtensor: gpt2:inductor:reduce-overhead: gpt2:nvfuser_dtensor:NVFUSER_DTENSOR_MIN_LAUNCHES=1 phi:nvfuser_dtensor: phi:inductor:reduce-overhead:}; do
+  m=${arm%%:*}; rest=${arm#*:}; envs=${rest##*:}; backend=${rest%:*}
+  tag=${m}_${backend//[:-]/_}${envs:+_min1}
+  left=$(( deadline - (SECONDS - start) ))
+  [ "$left" -gt 60 ] || { echo "== no time left for $arm ($left s)"; continue; }
+  env $envs timeout $((left - 5)) python3 scripts/gpu_step_profile.py $m --backend $backend --gaps --steps 10 --top 10 > $OUT/gaps_$tag.log 2>&1
+  echo "== $m $backend $envs ($((SECONDS - start)) s)"; grep -vE "Warning|warn\(|^\s*$" $OUT/gaps_$tag.log | grep -A40 "^== " | head -24
 done
+left=$(( deadline - (SECONDS - start) ))
+if [ -n "${ZOO_MODELS:-}" ] && [ "$left" -gt 150 ]; then
+OUT=$OUT/zoo ZOO_MODES=train ZOO_JOBS=${ZOO_JOBS:-4} GPU_TESTS=none ZOO_TIMEOUT=$((left - 20)) OVERHEAD_TIMEOUT=0 TOP_KERNELS=0 \
+  timeout $left bash scripts/gpu_zoo_own_graphs.sh
+fi
+echo "== done ($((SECONDS - start)) s)"
