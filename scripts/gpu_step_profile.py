@@ -138,17 +138,25 @@ def gpu_gaps(step, top: int) -> None:
     counts = {}
     for e in runtime:
         counts[e.name] = counts.get(e.name, 0) + 1
+    host = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU and not e.name.startswith("cuda")]
+    first_host = min((e.time_range.start for e in host), default=gpu[0].time_range.start)
     print(f"-- one steady step under the profiler: GPU span {span / 1e3:.2f} ms, idle inside it {idle / 1e3:.2f} ms "
-          f"in {sum(g[0] > 20 for g in gaps)} gaps over 20 us; {len(gpu)} GPU activities")
+          f"in {sum(g[0] > 20 for g in gaps)} gaps over 20 us; {len(gpu)} GPU activities; the first GPU work "
+          f"{(gpu[0].time_range.start - first_host) / 1e3:.2f} ms after the step's first host op")
     print("   CUDA runtime calls:", ", ".join(f"{k} x{v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
     for length, at, before, after in sorted(gaps, reverse=True)[:top]:
         calls = [e.name for e in runtime if at <= e.time_range.start < at + length]
         summary = {}
         for c in calls:
             summary[c] = summary.get(c, 0) + 1
-        print(f"   {length:7.0f} us at +{(at - gpu[0].time_range.start) / 1e3:.2f} ms: after {before[:60]!r}, "
-              f"before {after[:60]!r}; host meanwhile: {', '.join(f'{k} x{v}' for k, v in summary.items()) or '-'}")
-
+        # the innermost host op spanning the whole gap, and the host ops begun inside it
+        around = min((e for e in host if e.time_range.start <= at and e.time_range.end >= at + length),
+                     key=lambda e: e.time_range.end - e.time_range.start, default=None)
+        begun = list(dict.fromkeys(e.name for e in host if at <= e.time_range.start < at + length))
+        print(f"   {length:7.0f} us at +{(at - gpu[0].time_range.start) / 1e3:.2f} ms: after {before[:50]!r}, "
+              f"before {after[:50]!r}; host inside {around.name[:60] if around else '-'!r}, began "
+              f"{', '.join(b[:40] for b in begun[:4]) or '-'}; runtime calls: "
+              f"{', '.join(f'{k} x{v}' for k, v in summary.items()) or '-'}")
 
 if __name__ == "__main__":
     main()
