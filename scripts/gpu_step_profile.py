@@ -18,6 +18,7 @@ import pstats
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -25,6 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the benchmarks package
 
 from benchmarks import zoo, zoo_check  # noqa: E402
+from benchmarks.measure import is_gpu_range  # noqa: E402
 from benchmarks.run import compile_kwargs, parse_backend  # noqa: E402
 
 
@@ -112,7 +114,8 @@ def host_syncs(step) -> None:
 
 def gpu_gaps(step, top: int) -> None:
     """The GPU's idle time in one steady step, and its longest gaps, each with the GPU work
-    before and after it and the CUDA runtime calls the host made meanwhile."""
+    before and after it, the host op it lies in, and the CUDA runtime calls the host made
+    meanwhile."""
     from torch.profiler import ProfilerActivity, profile
 
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
@@ -121,8 +124,8 @@ def gpu_gaps(step, top: int) -> None:
         step()
         sync()
     events = prof.events()
-    gpu = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CUDA),
-                 key=lambda e: e.time_range.start)
+    gpu = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and not is_gpu_range(e.name)),
+                 key=lambda e: e.time_range.start)  # kernels, copies, memsets: not ranges over them
     runtime = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("cuda")),
                      key=lambda e: e.time_range.start)
     if not gpu:
@@ -135,20 +138,15 @@ def gpu_gaps(step, top: int) -> None:
         end = max(end, after.time_range.end)
     span = end - gpu[0].time_range.start
     idle = sum(g[0] for g in gaps)
-    counts = {}
-    for e in runtime:
-        counts[e.name] = counts.get(e.name, 0) + 1
+    counts = Counter(e.name for e in runtime)
     host = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU and not e.name.startswith("cuda")]
     first_host = min((e.time_range.start for e in host), default=gpu[0].time_range.start)
     print(f"-- one steady step under the profiler: GPU span {span / 1e3:.2f} ms, idle inside it {idle / 1e3:.2f} ms "
           f"in {sum(g[0] > 20 for g in gaps)} gaps over 20 us; {len(gpu)} GPU activities; the first GPU work "
           f"{(gpu[0].time_range.start - first_host) / 1e3:.2f} ms after the step's first host op")
-    print("   CUDA runtime calls:", ", ".join(f"{k} x{v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
+    print("   CUDA runtime calls:", ", ".join(f"{k} x{v}" for k, v in counts.most_common()))
     for length, at, before, after in sorted(gaps, reverse=True)[:top]:
-        calls = [e.name for e in runtime if at <= e.time_range.start < at + length]
-        summary = {}
-        for c in calls:
-            summary[c] = summary.get(c, 0) + 1
+        summary = Counter(e.name for e in runtime if at <= e.time_range.start < at + length)
         # the innermost host op spanning the whole gap, and the host ops begun inside it
         around = min((e for e in host if e.time_range.start <= at and e.time_range.end >= at + length),
                      key=lambda e: e.time_range.end - e.time_range.start, default=None)
@@ -157,6 +155,7 @@ def gpu_gaps(step, top: int) -> None:
               f"before {after[:50]!r}; host inside {around.name[:60] if around else '-'!r}, began "
               f"{', '.join(b[:40] for b in begun[:4]) or '-'}; runtime calls: "
               f"{', '.join(f'{k} x{v}' for k, v in summary.items()) or '-'}")
+
 
 if __name__ == "__main__":
     main()
