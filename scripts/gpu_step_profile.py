@@ -92,8 +92,7 @@ def host_syncs(step) -> None:
         frames = [f for f in traceback.extract_stack()[:-1] if "/torch/" not in f.filename and "warnings" not in f.filename]
         seen.append((str(message).splitlines()[0][:100], frames[-4:]))
 
-    show = warnings.showwarning
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # puts showwarning back on leaving
         warnings.simplefilter("always")
         warnings.showwarning = noted
         on_gpu = torch.cuda.is_available()
@@ -105,7 +104,6 @@ def host_syncs(step) -> None:
             if on_gpu:
                 torch.cuda.set_sync_debug_mode(0)
                 torch.cuda.synchronize()
-            warnings.showwarning = show
     syncs = [s for s in seen if "synchroniz" in s[0]]
     print(f"-- host syncs in one steady step: {len(syncs)}")
     for msg, frames in syncs[:12]:
