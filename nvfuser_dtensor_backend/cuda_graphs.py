@@ -43,7 +43,8 @@ on the CPU (the CPU evaluator), input mutations, ops that sync with the host, sy
 ``"auto"`` (the default) captures dynamo graphs whose tensor inputs are all on CUDA with
 static shapes, and no DTensor (the global view and the DTensor local path run uncaptured:
 collectives inside a captured graph are left for a later change), that launch at least
-``MIN_LAUNCHES`` kernels per call. ``True`` asks for capture of any graph (those that cannot
+``least_launches(kind)`` kernels per call (three for an inference graph, one for a
+forward/backward pair). ``True`` asks for capture of any graph (those that cannot
 be captured say why at WARNING; under ``"auto"`` at INFO), ``False`` turns it off,
 ``"trees"`` captures what ``"auto"`` does through cudagraph trees.
 """
@@ -165,12 +166,19 @@ def copying_out(replay: Callable, escaping: int | None) -> Callable:
     return run
 
 
-# A replay costs about what it saves on a graph of one or two kernels: the input copies, the
-# graph launch and the output copies (tiny bias+gelu on the H200, scripts/gpu_call_overhead.py:
-# 83 us per call replayed, 53 us launched as it is). From three launches on, capture.
-# NVFUSER_DTENSOR_MIN_LAUNCHES for A/B runs: GPT-2's loss graphs (one region each, its
-# logits read in place) run uncaptured, nvFuser's execute about 0.2 ms of host time each.
-MIN_LAUNCHES = int(os.environ.get("NVFUSER_DTENSOR_MIN_LAUNCHES", 3))
+# An inference graph: a replay costs about what it saves on a graph of one or two kernels
+# (the input copies, the graph launch and the output copies; tiny bias+gelu, scripts/
+# gpu_call_overhead.py: 83 us per call replayed, 53 us launched as it is on the H200; 51 and
+# 44 us on an H100 in session 36). From three launches on, capture.
+# A training pair (a forward and its backward) from one launch on: replayed, the pair saves
+# both graphs' launches and nvFuser's host time (about 0.2 ms per execute), and the GPU no
+# longer waits for the host between them. Session 36 on an H100: tiny bias+gelu forward and
+# backward 563 -> 351 us per call; GPT-2's step, whose loss graphs hold one region each,
+# 7.36 -> 6.79 ms alone (reduce-overhead 7.68), and in the zoo Phi 5.93 -> 5.65, Qwen2
+# 11.60 -> 10.56, Mistral 5.00 -> 4.86 ms. NVFUSER_DTENSOR_MIN_LAUNCHES and
+# NVFUSER_DTENSOR_MIN_TRAINING_LAUNCHES (3: the rule before) for A/B runs.
+MIN_LAUNCHES = {"inference": int(os.environ.get("NVFUSER_DTENSOR_MIN_LAUNCHES", 3)),
+                "training": int(os.environ.get("NVFUSER_DTENSOR_MIN_TRAINING_LAUNCHES", 1))}
 
 
 def _launches(report) -> int | None:
@@ -181,11 +189,16 @@ def _launches(report) -> int | None:
     return len(report.regions) + sum(report.partition.unsupported.values()) + len(report.inductor_parts)
 
 
-def too_few_launches(report) -> str | None:
-    """Why a compiled graph with this report gains nothing from a replay (fewer than
-    ``MIN_LAUNCHES`` kernel launches per call), or None."""
+def least_launches(kind: str) -> int:
+    """The fewest kernel launches per call for which a compiled ``kind`` graph is captured."""
+    return MIN_LAUNCHES["inference" if kind == "inference" else "training"]
+
+
+def too_few_launches(report, kind: str = "inference") -> str | None:
+    """Why a compiled ``kind`` graph with this report gains nothing from a replay (fewer
+    kernel launches per call than ``least_launches(kind)``), or None."""
     launches = _launches(report)
-    if launches is not None and launches < MIN_LAUNCHES:
+    if launches is not None and launches < least_launches(kind):
         return f"{launches} kernel launch(es) per call, too few for a replay to gain"
     return None
 
@@ -275,10 +288,10 @@ class CudaGraphs:
         escaping = _escaping_outputs(kind)
         if not self.trees:
             def ours(compiled: Callable) -> Callable:
-                few = None if self.asked else too_few_launches(getattr(compiled, "report", None))
+                few = None if self.asked else too_few_launches(getattr(compiled, "report", None), kind)
                 if few is not None:
                     log.info("nvfuser_dtensor: the %s graph runs without CUDA graphs: %s", kind, few)
-                    note_uncaptured(f"{kind}: fewer than {MIN_LAUNCHES} kernel launches")
+                    note_uncaptured(f"{kind}: fewer than {least_launches(kind)} kernel launches")
                     if kind == "forward":  # Note [Backwards of uncaptured forwards]
                         self.captured = False
                     return compiled
