@@ -59,8 +59,8 @@ indices), except its parameters and buffers (inputs used in place, which stay wh
 are): a recording copies such an input into a buffer of its own, so a backward recorded on
 the user's tensor (BART's shared embedding, called twice before its backward and warmed up
 on the encoder's call) was never replayed either.
-A forward that ``cuda_graphs="auto"`` leaves uncaptured for good (too few kernel launches,
-``too_few_launches``: fewer than 3 before session 36, now fewer than 1) has no runner to note what it saves, so its backward, if
+A forward that ``cuda_graphs="auto"`` leaves uncaptured for good (fewer than 3 kernel
+launches, ``too_few_launches``) has no runner to note what it saves, so its backward, if
 captured, found new saved values in every step and recorded again: one of BART's backwards
 held 16 recordings after 13 steps, none free, with 7.5 GB reserved against inductor's 2.9
 (H100, session 33). Such a forward takes its backward with it (``CudaGraphs.captured``, the

@@ -43,7 +43,7 @@ on the CPU (the CPU evaluator), input mutations, ops that sync with the host, sy
 ``"auto"`` (the default) captures dynamo graphs whose tensor inputs are all on CUDA with
 static shapes, and no DTensor (the global view and the DTensor local path run uncaptured:
 collectives inside a captured graph are left for a later change), that launch at least
-``least_launches(kind)`` kernels per call (three for an inference graph, one for a
+``least_launches(kind)`` kernels per call (three, for an inference graph as for a
 forward/backward pair). ``True`` asks for capture of any graph (those that cannot
 be captured say why at WARNING; under ``"auto"`` at INFO), ``False`` turns it off,
 ``"trees"`` captures what ``"auto"`` does through cudagraph trees.
@@ -166,19 +166,19 @@ def copying_out(replay: Callable, escaping: int | None) -> Callable:
     return run
 
 
-# An inference graph: a replay costs about what it saves on a graph of one or two kernels
-# (the input copies, the graph launch and the output copies; tiny bias+gelu, scripts/
-# gpu_call_overhead.py: 83 us per call replayed, 53 us launched as it is on the H200; 51 and
-# 44 us on an H100 in session 36). From three launches on, capture.
-# A training pair (a forward and its backward) from one launch on: replayed, the pair saves
-# both graphs' launches and nvFuser's host time (about 0.2 ms per execute), and the GPU no
-# longer waits for the host between them. Session 36 on an H100: tiny bias+gelu forward and
-# backward 563 -> 351 us per call; GPT-2's step, whose loss graphs hold one region each,
-# 7.36 -> 6.79 ms alone (reduce-overhead 7.68), and in the zoo Phi 5.93 -> 5.65, Qwen2
-# 11.60 -> 10.56, Mistral 5.00 -> 4.86 ms. NVFUSER_DTENSOR_MIN_LAUNCHES and
-# NVFUSER_DTENSOR_MIN_TRAINING_LAUNCHES (3: the rule before) for A/B runs.
+# A replay costs about what it saves on a graph of one or two kernels: the input copies, the
+# graph launch and the output copies (tiny bias+gelu, scripts/gpu_call_overhead.py: 83 us per
+# call replayed, 53 us launched as it is on the H200; 51 and 44 us on an H100 in session 36).
+# From three launches on, capture. A training pair (a forward and its backward) of fewer
+# launches gains more (session 36, H100: the tiny bias+gelu's forward and backward 563 -> 351
+# us per call; GPT-2's step, whose loss graphs hold one region each, 7.36 -> 6.79 ms alone,
+# reduce-overhead 7.68), but loses where such a graph runs several times per step: BART's
+# layer graphs (LayerDrop's graph breaks), whose backward then recorded 16 graphs, none free
+# for later steps, and ran uncaptured (step 18.44 -> 19.95 ms, reduce-overhead 18.08). So
+# training pairs need three launches too, unless NVFUSER_DTENSOR_MIN_TRAINING_LAUNCHES says
+# otherwise (1: GPT-2's gain); NVFUSER_DTENSOR_MIN_LAUNCHES for inference graphs (A/B runs).
 MIN_LAUNCHES = {"inference": int(os.environ.get("NVFUSER_DTENSOR_MIN_LAUNCHES", 3)),
-                "training": int(os.environ.get("NVFUSER_DTENSOR_MIN_TRAINING_LAUNCHES", 1))}
+                "training": int(os.environ.get("NVFUSER_DTENSOR_MIN_TRAINING_LAUNCHES", 3))}
 
 
 def _launches(report) -> int | None:

@@ -469,8 +469,8 @@ def test_kept_autograd_grad_results_are_not_overwritten(captured_on_cpu):
 
 
 def test_auto_leaves_graphs_of_one_or_two_kernels_uncaptured(captured_on_cpu, monkeypatch, caplog):
-    """A replay of an inference graph costs about what it saves there (cuda_graphs.MIN_LAUNCHES);
-    True captures anyway; a trained forward and its backward are captured from one launch on."""
+    """A replay costs about what it saves there (cuda_graphs.MIN_LAUNCHES); True captures
+    anyway; NVFUSER_DTENSOR_MIN_TRAINING_LAUNCHES=1 captures a one-region training pair."""
     monkeypatch.setattr(cuda_graphs, "refusal", lambda option, inputs: None if option is not False else "off")
     small = lambda x: torch.nn.functional.gelu(x * 2 + 1)  # noqa: E731 - one region
     with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
@@ -493,7 +493,8 @@ def test_auto_leaves_graphs_of_one_or_two_kernels_uncaptured(captured_on_cpu, mo
                 f(torch.randn(8, 16))
         assert any("is recorded as CUDA graph" in r.getMessage() for r in caplog.records)
         caplog.clear()
-        f = compile_fn(small)  # trained, the one-region pair is captured (MIN_LAUNCHES["training"])
+        monkeypatch.setitem(cuda_graphs.MIN_LAUNCHES, "training", 1)  # NVFUSER_DTENSOR_MIN_TRAINING_LAUNCHES=1
+        f = compile_fn(small)  # trained, the one-region pair is captured
         for _ in range(3):
             x = torch.randn(4, 8, requires_grad=True)
             y = f(x)
@@ -653,14 +654,13 @@ def test_every_recording_of_a_bart_with_layer_graphs_replays(captured_on_cpu, mo
 
 
 def test_small_layer_graphs_left_uncaptured_take_their_backwards_with_them(captured_on_cpu, monkeypatch):
-    """The same BART with ``cuda_graphs="auto"`` leaving forward/backward pairs of fewer than 3
-    kernel launches uncaptured, as it did before session 36. Such a forward has no runner to note its saved values (Note
+    """The same BART with ``cuda_graphs="auto"``, which leaves graphs of fewer than 3 kernel
+    launches uncaptured. Such a forward has no runner to note its saved values (Note
     [Backwards of uncaptured forwards]): its backward, captured, recorded on new addresses in
     every step till it held 16 recordings (BART on an H100, session 33). Now it runs
     uncaptured with its forward; the last step records nothing, and every recording
     replays."""
     monkeypatch.setattr(cuda_graphs, "refusal", lambda option, inputs: None if option is not False else "off")
-    monkeypatch.setitem(cuda_graphs.MIN_LAUNCHES, "training", 3)
     stale, made = layer_graph_recordings("cpu", torch.float32, monkeypatch, cuda_graphs="auto")
     assert made > 0 and not stale, f"{stale} of {made} recordings not replayed in the last step"
 

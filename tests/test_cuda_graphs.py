@@ -7,7 +7,6 @@ import torch
 from torch import fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from nvfuser_dtensor_backend import cuda_graphs
 from nvfuser_dtensor_backend.cuda_graphs import skip_reason
 from nvfuser_dtensor_backend.options import Options, OptionsError
 
@@ -307,13 +306,11 @@ def test_every_recording_of_a_bart_with_layer_graphs_replays(monkeypatch):
 
 @gpu
 def test_small_layer_graphs_left_uncaptured_take_their_backwards_with_them(monkeypatch):
-    """The same with ``cuda_graphs="auto"`` (the default) leaving pairs of fewer than 3 kernel
-    launches uncaptured (the rule before session 36): the backwards of forwards left
+    """The same with ``cuda_graphs="auto"`` (the default): the backwards of forwards left
     uncaptured for too few kernel launches recorded again in every step (Note [Backwards of
     uncaptured forwards]); now the last step records nothing."""
     from helpers import layer_graph_recordings
 
-    monkeypatch.setitem(cuda_graphs.MIN_LAUNCHES, "training", 3)
     stale, made = layer_graph_recordings(DEVICE, torch.bfloat16, monkeypatch, cuda_graphs="auto")
     assert made > 0 and not stale, f"{stale} of {made} recordings not replayed in the last step"
 
