@@ -94,9 +94,20 @@ def copy_bandwidth(device: str, nbytes: int = 1 << 30) -> float:
 
 
 def step_function(fn: Callable, train: bool) -> Callable:
-    """One benchmark step: forward under no_grad, or forward + backward."""
+    """One benchmark step: forward under no_grad, or forward + backward. A training step
+    begins a CUDA-graph step and drops the last step's gradients, as a training loop's
+    ``zero_grad(set_to_none=True)`` does: accumulated into ``.grad`` across steps, gradients
+    a CUDA graph handed out are read after its next replay (inductor's reduce-overhead mode
+    raised "accessing tensor output of CUDAGraphs that has been overwritten" on the
+    transformer block)."""
     if train:
+        params = list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
+
         def step(*inputs):
+            torch.compiler.cudagraph_mark_step_begin()
+            for t in (*params, *inputs):
+                if isinstance(t, torch.Tensor) and t.grad is not None:
+                    t.grad = None
             out = fn(*inputs)
             out.backward(torch.ones_like(out))
             return out

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from benchmarks import plot, run
 
@@ -195,3 +196,20 @@ def test_a_backend_failure_is_reported_by_its_cause():
     assert line.startswith("BackendCompilerFailed: ValueError: the real reason (at test_benchmarks.py:"), line
     assert "in compile_it" in line
     assert _first_line(RuntimeError("plain\nrest")) == "RuntimeError: plain"
+
+
+def test_a_training_step_starts_from_no_gradients():
+    # accumulated across steps, gradients a CUDA graph handed out were read after its next
+    # replay (reduce-overhead raised on the transformer block); each step now drops them
+    from benchmarks.measure import step_function
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    x = torch.randn(3, 8, requires_grad=True)
+    step = step_function(model, train=True)
+    step(x)
+    once = (model.weight.grad.clone(), x.grad.clone())
+    for _ in range(2):
+        step(x)
+    torch.testing.assert_close(model.weight.grad, once[0])
+    torch.testing.assert_close(x.grad, once[1])
