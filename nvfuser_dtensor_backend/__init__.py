@@ -80,7 +80,8 @@ def clear_reports() -> None:
 
 def cuda_graph_stats(clear: bool = False) -> dict:
     """Process-wide counts of our CUDA-graph runner: graphs recorded, calls that ran uncaptured
-    (warm-ups, no recording free, capture off), failed recordings, and ``not_captured``: why
+    (warm-ups, no recording free, capture off), failed recordings, recordings dropped for new
+    ones (Note [Moved outputs of other recordings]), and ``not_captured``: why
     compiled graphs with CUDA inputs were left uncaptured ({reason: graphs}); ``clear`` resets them."""
     from .cuda_graph_runner import NOT_CAPTURED, STATS
 

@@ -200,7 +200,7 @@ class Recording:
 
     __slots__ = ("replay", "copies", "outputs", "cloned", "rebuilt", "watched", "alone", "cached", "key_idx",
                  "key_ptrs", "extra", "seq", "risky", "risky_alone", "lent_once", "lent", "lent_risky",
-                 "handed_out", "revoked_message", "made", "lenders", "steady", "__weakref__")
+                 "handed_out", "revoked_message", "made", "lenders", "steady", "used", "__weakref__")
 
     def __init__(self, replay, copies, outputs, cloned, rebuilt, watched):
         self.replay = replay
@@ -228,6 +228,7 @@ class Recording:
         self.revoked_message = ""  # what reading one raises once revoked
         self.made: list[int] = []  # the addresses it registered in MADE
         self.lenders: list = []  # [(lender's weakref, index of an output on its memory)] (Note [Lent outputs read in place])
+        self.used = 0  # when it last replayed (GraphRunner._drop_stale)
 
     def lend(self, outs: list) -> None:
         """Puts in ``outs`` the lent outputs, each group on a storage of its own over the

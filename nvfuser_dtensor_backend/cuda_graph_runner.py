@@ -107,6 +107,7 @@ tensors, which keeps every rule above (fixed memory, overwritten in place) check
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import weakref
@@ -129,7 +130,7 @@ SEEN_KEPT = 4 * MAX_GRAPHS  # keys a runner remembers (Note [Record what repeats
 
 # Process-wide counts of the slow path (``nvfuser_dtensor_backend.cuda_graph_stats()``):
 # recordings, calls run uncaptured (warm-ups, past MAX_GRAPHS, capture off), failures.
-STATS = {"recorded": 0, "uncaptured_calls": 0, "failures": 0}
+STATS = {"recorded": 0, "uncaptured_calls": 0, "failures": 0, "dropped": 0}
 
 # A forward's or an inference graph's user outputs of at least this many bytes are lent, not
 # copied out (Note [CUDA graphs of our own]); smaller ones (a loss, a metric) cost one small copy.
@@ -149,6 +150,12 @@ TANGENTS_IN_PLACE = env_flag("NVFUSER_DTENSOR_TANGENTS_IN_PLACE", default=True)
 TANGENT_IN_PLACE_FROM_BYTES = 1 << 20
 STEADY_ADDRESSES = 2  # addresses a tangent is read in place at, at most, before recordings copy it
 TANGENT_WAITS = 2  # uncaptured calls a backward spends, at most, waiting for its tangents to stay put
+# A/B switch (read at import; Note [Moved outputs of other recordings]): a recording copies an
+# input that earlier recordings of its key read in place as another recording's output, now
+# lying elsewhere, and a graph with MAX_GRAPHS recordings drops its least recently replayed
+# one that nothing holds instead of running the call uncaptured.
+LAYER_CHAINS = env_flag("NVFUSER_DTENSOR_LAYER_CHAINS")
+_CLOCK = itertools.count()  # orders replays (``Recording.used``)
 
 
 def note_uncaptured(why: str) -> None:
@@ -304,6 +311,36 @@ def _copy_storage(outs: list, indices: list[int]) -> None:
         outs[i] = on_storage(fresh.untyped_storage(), outs[i])
 
 
+# Note [Moved outputs of other recordings]
+# A compiled layer graph called once per layer (a graph break in the loop over layers) has a
+# backward whose tangent is the gradient the next layer's replay made, read in place as
+# another recording's output. When any recording up the chain is made anew (a small backward
+# between the layers recording late, a tangent still moving in the first steps), that
+# gradient lies elsewhere, so every layer's backward records again, one step after another,
+# and the recordings it leaves behind never replay. Tiny BART with 8 layers on the CPU stand-in
+# (scripts/cpu_recording_trace.py, lending and in-place tangents from 1 KiB, as real sizes
+# do) filled both layer backwards' 16 recordings (MAX_GRAPHS) in step 3 and ran them
+# uncaptured from then on; with graphs of one launch captured, so did 6 layers, as BART did
+# on an H100 (session 36: 18.44 -> 19.95 ms a step).
+# ``NVFUSER_DTENSOR_LAYER_CHAINS=1`` (an A/B switch, not yet run on a GPU) does two things:
+# - a recording copies such an input when recordings of its key read it in place elsewhere,
+#   so it replays wherever that gradient lies, at the cost of one copy per replay;
+# - a graph with MAX_GRAPHS recordings drops its least recently replayed one that no output
+#   handed out holds (``free``, not in the ledger's ``handed``, not ``last``) before it
+#   records, instead of running uncaptured. Its memory goes back to the pool; a recording
+#   that read its outputs in place replays only when its input lies at that address again,
+#   whoever wrote it.
+# On the CPU stand-in 6, 8 and 12 layers then settle (no recording after step 6, none full).
+
+
+def _moved(args: list, recs) -> set[int]:
+    """Inputs that earlier recordings of this key (``recs``) read in place, as another
+    recording's output, at other addresses than now (Note [Moved outputs of other
+    recordings])."""
+    read = {i: ptr for rec in recs for i, ptr in rec.extra if i not in rec.steady}
+    return {i for i, ptr in read.items() if args[i].data_ptr() != ptr}
+
+
 class GraphRunner:
     """Replays one compiled (boxed) function as CUDA graphs (Note [CUDA graphs of our own]).
 
@@ -352,6 +389,7 @@ class GraphRunner:
         self.last = recs[0] if recs[0].extra == rec.extra else rec
 
     def _replay(self, rec: Recording, args: list) -> list:
+        rec.used = next(_CLOCK)
         for i, buffer, expanded in rec.copies:
             _copy_into(buffer, args[i], expanded)  # (an input may be what the last replay lent)
         if rec.handed_out:
@@ -414,7 +452,7 @@ class GraphRunner:
             return self._uncaptured(args)
         if self.kind == "backward" and self.ledger.transient_among(args[i] for i in self.static):
             return self._uncaptured(args)  # Note [Backwards of uncaptured forwards]
-        if self.count >= MAX_GRAPHS:
+        if self.count >= MAX_GRAPHS and not (LAYER_CHAINS and self._drop_stale()):
             if not self.full_logged:
                 self.full_logged = True
                 note_uncaptured(f"{self.kind}: {MAX_GRAPHS} recordings, none free for the inputs")
@@ -425,8 +463,9 @@ class GraphRunner:
             self.tangent_waits += 1
             return self._uncaptured(args)  # Note [Tangents read in place]: record where they repeat
         kept = list(args)
+        moved = _moved(args, recs) if LAYER_CHAINS else set()
         try:
-            rec = self._record(args, steady)
+            rec = self._record(args, steady, moved)
         except Exception as e:  # noqa: BLE001 - any failure of the capture machinery
             if is_graph_error(e):
                 raise
@@ -445,6 +484,22 @@ class GraphRunner:
         log.info("nvfuser_dtensor: the %s graph is recorded as CUDA graph %d (%d inputs in place, %d copied)",
                  self.kind, self.count, len(rec.key_idx), len(rec.copies))
         return self._replay(rec, kept)
+
+    def _drop_stale(self) -> bool:
+        """Drops the least recently replayed recording that no output handed out holds (Note
+        [Moved outputs of other recordings]); whether there was one."""
+        handed = self.ledger.handed
+        stale = [(rec.used, key, rec) for key, recs in self.recordings.items() for rec in recs
+                 if rec is not self.last and not any(r is rec for r in handed) and rec.free()]
+        if not stale:
+            return False
+        _, key, rec = min(stale, key=lambda entry: entry[0])
+        recs = self.recordings[key]
+        recs.remove(rec)
+        if not recs:
+            del self.recordings[key]
+        STATS["dropped"] += 1
+        return True
 
     def _tangents_moved(self, args: list, steady: set[int]) -> bool:
         """Whether a tangent this backward would read in place (``steady``) lies elsewhere than
@@ -471,12 +526,13 @@ class GraphRunner:
                 and not (a.dim() >= 2 and a.stride(-1) == 1 and a.stride(-2) > a.size(-1))
                 and (len(seen.get(i, ())) < STEADY_ADDRESSES or a.data_ptr() in seen[i])}
 
-    def _record(self, args: list, steady: set[int]) -> Recording | None:
+    def _record(self, args: list, steady: set[int], moved: set[int] = frozenset()) -> Recording | None:
         static = set(self.static)
         copies, inputs, extra = [], list(args), []
         steady = steady - static
         for i, a in enumerate(args):
-            if i not in static and isinstance(a, torch.Tensor) and (a.data_ptr() in MADE or i in steady):
+            if i not in static and isinstance(a, torch.Tensor) and (
+                    (a.data_ptr() in MADE and i not in moved) or i in steady):
                 extra.append((i, a.data_ptr()))  # another recording's output, or a tangent: read in place
             elif i not in static and isinstance(a, torch.Tensor):
                 buffer = _buffer_like(a, self.padded_inputs.get(i))

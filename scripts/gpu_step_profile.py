@@ -61,6 +61,10 @@ def main() -> None:
         sync()
         times.append((time.perf_counter() - t0) * 1e3)
     print(f"== {a.model} {a.backend}: step {statistics.median(times):.2f} ms (median of {a.steps}, synchronized)")
+    if a.backend.startswith("nvfuser_dtensor"):
+        import nvfuser_dtensor_backend as nb
+
+        print("-- our CUDA graphs:", nb.cuda_graph_stats())
     if a.gaps:
         host_syncs(step)
         gpu_gaps(step, a.top)

@@ -331,6 +331,26 @@ def layer_graph_recordings(device, dtype, monkeypatch, steps: int = 5, cuda_grap
     return len(watch.stale()) + sum(r() is None for r in watch.made), len(watch.made)
 
 
+def layer_chain_settles(device, dtype, monkeypatch, chains: bool) -> None:
+    """Tiny BART with 8 layers and LayerDrop's draw on, lending and reading tangents in place
+    from 1 KiB as real sizes do, one-launch training pairs captured, ``cuda_graphs="auto"``,
+    ``NVFUSER_DTENSOR_LAYER_CHAINS`` as ``chains`` (Note [Moved outputs of other recordings]):
+    each step as right as the zoo asks, the last records nothing, no graph fills its
+    recordings."""
+    from benchmarks import zoo_builders
+    from nvfuser_dtensor_backend import cuda_graph_runner, cuda_graphs
+
+    monkeypatch.setitem(cuda_graphs.MIN_LAUNCHES, "training", 1)
+    monkeypatch.setitem(zoo_builders.LM["tiny"], "layers", 8)
+    monkeypatch.setattr(cuda_graph_runner, "LEND_FROM_BYTES", 1024)
+    monkeypatch.setattr(cuda_graph_runner, "TANGENT_IN_PLACE_FROM_BYTES", 1024)
+    monkeypatch.setattr(cuda_graph_runner, "LAYER_CHAINS", chains)
+    nb.cuda_graph_stats(clear=True)
+    _, made = layer_graph_recordings(device, dtype, monkeypatch, steps=8, cuda_graphs="auto")
+    full = [why for why in nb.cuda_graph_stats()["not_captured"] if "none free" in why]
+    assert made > 0 and not full, full
+
+
 def _wide_head(device):
     """An MLP whose output (``[rows, 4096]`` float32, 128 KiB at 8 rows) is lent by a CUDA
     graph's forward, not copied (cuda_graph_runner.LEND_FROM_BYTES)."""
