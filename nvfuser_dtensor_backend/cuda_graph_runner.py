@@ -325,6 +325,8 @@ def _copy_storage(outs: list, indices: list[int]) -> None:
 # ``NVFUSER_DTENSOR_LAYER_CHAINS=1`` (an A/B switch, not yet run on a GPU) does two things:
 # - a recording copies such an input when recordings of its key read it in place elsewhere,
 #   so it replays wherever that gradient lies, at the cost of one copy per replay;
+#   The recordings of that key that read it in place are dropped then (their memory held
+#   41% of what tiny BART's recordings held, 6 layers: never replayed again);
 # - a graph with MAX_GRAPHS recordings drops its least recently replayed one that no output
 #   handed out holds (``free``, not in the ledger's ``handed``, not ``last``) before it
 #   records, instead of running uncaptured. Its memory goes back to the pool; a recording
@@ -479,18 +481,24 @@ class GraphRunner:
         rec.set_alone()
         STATS["recorded"] += 1
         recs = self.recordings.setdefault(key, [])
+        if moved:  # those reading in place what ``rec`` copies are superseded (see the Note)
+            for old in [r for r in recs if any(i in moved for i, _ in r.extra) and self._droppable(r)]:
+                recs.remove(old)
+                STATS["dropped"] += 1
         recs.append(rec)
         self._try_first(recs, rec)
         log.info("nvfuser_dtensor: the %s graph is recorded as CUDA graph %d (%d inputs in place, %d copied)",
                  self.kind, self.count, len(rec.key_idx), len(rec.copies))
         return self._replay(rec, kept)
 
+    def _droppable(self, rec: Recording) -> bool:
+        """Whether no output ``rec`` handed out is held and no call is about to try it."""
+        return rec is not self.last and not any(r is rec for r in self.ledger.handed) and rec.free()
+
     def _drop_stale(self) -> bool:
         """Drops the least recently replayed recording that no output handed out holds (Note
         [Moved outputs of other recordings]); whether there was one."""
-        handed = self.ledger.handed
-        stale = [(rec.used, key, rec) for key, recs in self.recordings.items() for rec in recs
-                 if rec is not self.last and not any(r is rec for r in handed) and rec.free()]
+        stale = [(rec.used, key, rec) for key, recs in self.recordings.items() for rec in recs if self._droppable(rec)]
         if not stale:
             return False
         _, key, rec = min(stale, key=lambda entry: entry[0])

@@ -61,6 +61,9 @@ def main() -> None:
         sync()
         times.append((time.perf_counter() - t0) * 1e3)
     print(f"== {a.model} {a.backend}: step {statistics.median(times):.2f} ms (median of {a.steps}, synchronized)")
+    if a.device == "cuda":
+        print(f"-- memory: {torch.cuda.max_memory_reserved() / 2**20:.0f} MB reserved at most, "
+              f"{torch.cuda.max_memory_allocated() / 2**20:.0f} MB allocated at most")
     if a.backend.startswith("nvfuser_dtensor"):
         import nvfuser_dtensor_backend as nb
 

@@ -7,7 +7,8 @@
 #    --gaps): BART and GPT-2 by default, with one-launch training pairs captured
 #    (NVFUSER_DTENSOR_MIN_TRAINING_LAUNCHES=1: GPT-2 7.40 -> 6.93 ms, BART 18.44 -> 19.95 in
 #    session 36), and with that and NVFUSER_DTENSOR_LAYER_CHAINS=1 (Note [Moved outputs of other
-#    recordings]: should keep GPT-2's gain and give back BART's loss), BART reduce-overhead.
+#    recordings]: should keep GPT-2's gain and give back BART's loss, and cut BART's memory),
+#    BART reduce-overhead; each with its peak reserved memory.
 # If both models gain with both variables, make them the defaults (one change), then run the
 # whole zoo against reduce-overhead (benchmarks/results/session36/call_b.sh without its arm).
 # TESTS_S, DEADLINE_S, ARMS (model:backend:ENV=1[,ENV=1]; X=1 for none) for a short budget.
@@ -26,6 +27,6 @@ for arm in ${ARMS:-bart:nvfuser_dtensor:X=1 bart:nvfuser_dtensor:$both gpt2:nvfu
   env ${envs//,/ } timeout $((left - 5)) python3 scripts/gpu_step_profile.py $m --backend $backend --gaps --steps 20 --top 4 > $log 2>&1
   echo "== $m $backend $envs ($((SECONDS - start)) s)"
   grep -E "step .* ms|GPU span|none free" $log | cut -c1-250 | head -4
-  grep -E "^-- our CUDA graphs" $log | cut -c1-300
+  grep -E "^-- our CUDA graphs|^-- memory" $log | cut -c1-300
 done
 echo "== done ($((SECONDS - start)) s)"
