@@ -324,8 +324,8 @@ def _copy_storage(outs: list, indices: list[int]) -> None:
 # on an H100 (session 36: 18.44 -> 19.95 ms a step).
 # ``NVFUSER_DTENSOR_LAYER_CHAINS=1`` (an A/B switch, not yet run on a GPU) does two things:
 # - a recording copies such an input when recordings of its key read it in place elsewhere,
-#   so it replays wherever that gradient lies, at the cost of one copy per replay;
-#   The recordings of that key that read it in place are dropped then (their memory held
+#   so it replays wherever that gradient lies, at the cost of one copy per replay. The
+#   recordings of that key that read it in place are dropped then (their memory held
 #   41% of what tiny BART's recordings held, 6 layers: never replayed again);
 # - a graph with MAX_GRAPHS recordings drops its least recently replayed one that no output
 #   handed out holds (``free``, not in the ledger's ``handed``, not ``last``) before it
@@ -480,11 +480,10 @@ class GraphRunner:
             return self.compiled(kept)
         rec.set_alone()
         STATS["recorded"] += 1
-        recs = self.recordings.setdefault(key, [])
         if moved:  # those reading in place what ``rec`` copies are superseded (see the Note)
             for old in [r for r in recs if any(i in moved for i, _ in r.extra) and self._droppable(r)]:
-                recs.remove(old)
-                STATS["dropped"] += 1
+                self._drop(key, old)
+        recs = self.recordings.setdefault(key, [])
         recs.append(rec)
         self._try_first(recs, rec)
         log.info("nvfuser_dtensor: the %s graph is recorded as CUDA graph %d (%d inputs in place, %d copied)",
@@ -493,7 +492,14 @@ class GraphRunner:
 
     def _droppable(self, rec: Recording) -> bool:
         """Whether no output ``rec`` handed out is held and no call is about to try it."""
-        return rec is not self.last and not any(r is rec for r in self.ledger.handed) and rec.free()
+        return rec is not self.last and rec not in self.ledger.handed and rec.free()
+
+    def _drop(self, key: tuple, rec: Recording) -> None:
+        recs = self.recordings[key]
+        recs.remove(rec)
+        if not recs:
+            del self.recordings[key]
+        STATS["dropped"] += 1
 
     def _drop_stale(self) -> bool:
         """Drops the least recently replayed recording that no output handed out holds (Note
@@ -502,11 +508,7 @@ class GraphRunner:
         if not stale:
             return False
         _, key, rec = min(stale, key=lambda entry: entry[0])
-        recs = self.recordings[key]
-        recs.remove(rec)
-        if not recs:
-            del self.recordings[key]
-        STATS["dropped"] += 1
+        self._drop(key, rec)
         return True
 
     def _tangents_moved(self, args: list, steady: set[int]) -> bool:

@@ -70,7 +70,7 @@ def main() -> None:
         print("-- our CUDA graphs:", nb.cuda_graph_stats())
     if a.gaps:
         host_syncs(step)
-        gpu_gaps(step, a.top)
+        gpu_gaps(step, sync, a.top)
         return
     prof = cProfile.Profile()
     prof.enable()
@@ -117,13 +117,12 @@ def host_syncs(step) -> None:
         print("  ", msg, "|", " <- ".join(f"{Path(f.filename).name}:{f.lineno}({f.name})" for f in reversed(frames)))
 
 
-def gpu_gaps(step, top: int) -> None:
+def gpu_gaps(step, sync, top: int) -> None:
     """The GPU's idle time in one steady step, and its longest gaps, each with the GPU work
     before and after it, the host op it lies in, and the CUDA runtime calls the host made
     meanwhile."""
     from torch.profiler import ProfilerActivity, profile
 
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     sync()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         step()

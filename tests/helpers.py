@@ -348,9 +348,10 @@ def layer_chain_settles(device, dtype, monkeypatch, chains: bool) -> None:
     monkeypatch.setattr(cuda_graph_runner, "LAYER_CHAINS", chains)
     nb.cuda_graph_stats(clear=True)
     stale, made = layer_graph_recordings(device, dtype, monkeypatch, steps=8, cuda_graphs="auto")
-    full = [why for why in nb.cuda_graph_stats()["not_captured"] if "none free" in why]
+    stats = nb.cuda_graph_stats()
+    full = [why for why in stats["not_captured"] if "none free" in why]
     assert made > 0 and not full, full
-    dropped = nb.cuda_graph_stats()["dropped"]  # dead recordings count as not replayed
+    dropped = stats["dropped"]  # dead recordings count as not replayed
     assert stale - dropped <= (made - dropped) / 3, (stale, made, dropped)
 
 
