@@ -27,7 +27,7 @@ root = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(root), str(root / "tests")]
 
 from benchmarks import zoo, zoo_builders, zoo_check  # noqa: E402
-from cpu_capture import ReplayByRerun  # noqa: E402
+from cpu_capture import ReplayByRerun, stand_in_for_the_gpu  # noqa: E402
 
 import nvfuser_dtensor_backend as nb  # noqa: E402
 from nvfuser_dtensor_backend import cuda_graph_runner as runner, cuda_graphs  # noqa: E402
@@ -42,8 +42,7 @@ def main() -> int:
     p.add_argument("--min-training-launches", type=int, default=cuda_graphs.MIN_LAUNCHES["training"])
     p.add_argument("--in-place-bytes", type=int, default=0, help="lend and read tangents in place from this size")
     args = p.parse_args()
-    cuda_graphs.capture_class = ReplayByRerun
-    cuda_graphs.skip_reason = lambda gm, inputs, static, **kw: None
+    stand_in_for_the_gpu()
     cuda_graphs.refusal = lambda option, inputs: None if option is not False else "off"
     cuda_graphs.MIN_LAUNCHES["training"] = args.min_training_launches
     if args.in_place_bytes:

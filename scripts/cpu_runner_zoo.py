@@ -37,7 +37,7 @@ sys.path[:0] = [str(root), str(root / "tests")]
 
 from benchmarks import zoo, zoo_builders, zoo_check  # noqa: E402
 from helpers import RecordingWatch, fill_unwritten_memory_with_nan  # noqa: E402
-from test_cuda_graph_runner import ReplayByRerun  # noqa: E402
+from cpu_capture import ReplayByRerun, stand_in_for_the_gpu  # noqa: E402
 
 import nvfuser_dtensor_backend as nb  # noqa: E402
 from nvfuser_dtensor_backend import cuda_graphs  # noqa: E402
@@ -68,8 +68,7 @@ def main() -> int:
     names = args.models.split(",") if args.models != "all" else [
         *(n for n in zoo.NAMES if n != "bert_dropout"), *zoo.more_entries()]
     watch = RecordingWatch() if args.held else None
-    cuda_graphs.capture_class = ReplayByRerun
-    cuda_graphs.skip_reason = lambda gm, inputs, static, **kw: None
+    stand_in_for_the_gpu()
     bad = 0
     for name in names:
         zm = zoo.build(name, args.size, "cpu", torch.float32)

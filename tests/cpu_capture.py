@@ -95,11 +95,17 @@ class ReplayByRerun:
         return replay, outputs
 
 
+def stand_in_for_the_gpu(set_attr=setattr) -> None:
+    """The backend's capture decisions and runner, with ``ReplayByRerun`` for the GPU (for the
+    scripts; tests take the fixture below, which passes ``monkeypatch.setattr``)."""
+    set_attr(cuda_graphs, "capture_class", ReplayByRerun)
+    set_attr(cuda_graphs, "skip_reason", lambda gm, inputs, static, **kw: None)
+
+
 @pytest.fixture
 def captured_on_cpu(monkeypatch):
     """The backend's capture decisions and runner, with ``ReplayByRerun`` for the GPU."""
-    monkeypatch.setattr(cuda_graphs, "capture_class", ReplayByRerun)
-    monkeypatch.setattr(cuda_graphs, "skip_reason", lambda gm, inputs, static, **kw: None)
+    stand_in_for_the_gpu(monkeypatch.setattr)
     ReplayByRerun.records = 0
     yield ReplayByRerun
     ReplayByRerun.worst = True
