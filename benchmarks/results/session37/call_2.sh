@@ -7,7 +7,7 @@
 #    one process (benchmarks/measure.step_function now begins a CUDA-graph step each call).
 start=$SECONDS
 nvidia-smi -L
-OUT=$OUT/zoo ZOO_MODES=train ZOO_JOBS=13 GPU_TESTS=${GPU_TESTS:-none} TEST_WORKERS=${TEST_WORKERS:-4} TESTS_TIMEOUT=${ZOO_S:-400} \
+OUT=$OUT/zoo ZOO_MODES=train ZOO_JOBS=13 GPU_TESTS=${GPU_TESTS-none} TEST_WORKERS=${TEST_WORKERS:-4} TESTS_TIMEOUT=${ZOO_S:-400} \
   ZOO_TIMEOUT=${ZOO_S:-400} OVERHEAD_TIMEOUT=0 TOP_KERNELS=0 bash scripts/gpu_zoo_own_graphs.sh
 echo "== zoo ($((SECONDS - start)) s)"
 left=$(( ${DEADLINE_S:-550} - (SECONDS - start) ))
