@@ -27,7 +27,7 @@ root = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(root), str(root / "tests")]
 
 from benchmarks import zoo, zoo_builders, zoo_check  # noqa: E402
-from cpu_capture import ReplayByRerun, stand_in_for_the_gpu  # noqa: E402
+from cpu_capture import auto_on_cpu, stand_in_for_the_gpu  # noqa: E402
 
 import nvfuser_dtensor_backend as nb  # noqa: E402
 from nvfuser_dtensor_backend import cuda_graph_runner as runner, cuda_graphs  # noqa: E402
@@ -43,7 +43,7 @@ def main() -> int:
     p.add_argument("--in-place-bytes", type=int, default=0, help="lend and read tangents in place from this size")
     args = p.parse_args()
     stand_in_for_the_gpu()
-    cuda_graphs.refusal = lambda option, inputs: None if option is not False else "off"
+    auto_on_cpu()
     cuda_graphs.MIN_LAUNCHES["training"] = args.min_training_launches
     if args.in_place_bytes:
         runner.LEND_FROM_BYTES = runner.TANGENT_IN_PLACE_FROM_BYTES = args.in_place_bytes

@@ -102,6 +102,12 @@ def stand_in_for_the_gpu(set_attr=setattr) -> None:
     set_attr(cuda_graphs, "skip_reason", lambda gm, inputs, static, **kw: None)
 
 
+def auto_on_cpu(set_attr=setattr) -> None:
+    """``cuda_graphs="auto"`` asks for capture of CPU graphs as it does of CUDA ones (its
+    other rules, such as the fewest kernel launches, still hold); ``False`` stays off."""
+    set_attr(cuda_graphs, "refusal", lambda option, inputs: None if option is not False else "off")
+
+
 @pytest.fixture
 def captured_on_cpu(monkeypatch):
     """The backend's capture decisions and runner, with ``ReplayByRerun`` for the GPU."""

@@ -16,7 +16,7 @@ import nvfuser_dtensor_backend as nb
 from nvfuser_dtensor_backend import cuda_graphs
 from nvfuser_dtensor_backend.cuda_graph_runner import LEND_FROM_BYTES, MAX_GRAPHS, GraphRunner
 
-from cpu_capture import ReplayByRerun, captured_on_cpu  # noqa: F401 - a fixture
+from cpu_capture import ReplayByRerun, auto_on_cpu, captured_on_cpu  # noqa: F401 - a fixture
 from helpers import (accumulating_steps, compile_fn, layer_chain_settles, layer_graph_recordings, layer_loop,
                      lent_inference_outputs, lent_logits_loop, logits_saved_by_a_loss_graph, siamese_lent_logits)
 
@@ -471,7 +471,7 @@ def test_kept_autograd_grad_results_are_not_overwritten(captured_on_cpu):
 def test_auto_leaves_graphs_of_one_or_two_kernels_uncaptured(captured_on_cpu, monkeypatch, caplog):
     """A replay costs about what it saves there (cuda_graphs.MIN_LAUNCHES); True captures
     anyway; NVFUSER_DTENSOR_MIN_TRAINING_LAUNCHES=1 captures a one-region training pair."""
-    monkeypatch.setattr(cuda_graphs, "refusal", lambda option, inputs: None if option is not False else "off")
+    auto_on_cpu(monkeypatch.setattr)
     small = lambda x: torch.nn.functional.gelu(x * 2 + 1)  # noqa: E731 - one region
     with caplog.at_level(logging.INFO, logger="nvfuser_dtensor_backend"):
         for options in ({}, {"cuda_graphs": True}):
@@ -660,7 +660,7 @@ def test_small_layer_graphs_left_uncaptured_take_their_backwards_with_them(captu
     every step till it held 16 recordings (BART on an H100, session 33). Now it runs
     uncaptured with its forward; the last step records nothing, and every recording
     replays."""
-    monkeypatch.setattr(cuda_graphs, "refusal", lambda option, inputs: None if option is not False else "off")
+    auto_on_cpu(monkeypatch.setattr)
     stale, made = layer_graph_recordings("cpu", torch.float32, monkeypatch, cuda_graphs="auto")
     assert made > 0 and not stale, f"{stale} of {made} recordings not replayed in the last step"
 
@@ -675,7 +675,7 @@ def test_a_chain_of_eight_layer_backwards_settles(captured_on_cpu, monkeypatch, 
     uncaptured (BART on an H100, session 36). With NVFUSER_DTENSOR_LAYER_CHAINS (Note [Moved
     outputs of other recordings]) the steps stay right and the recordings settle: the last
     step records nothing and none is full."""
-    monkeypatch.setattr(cuda_graphs, "refusal", lambda option, inputs: None if option is not False else "off")
+    auto_on_cpu(monkeypatch.setattr)
     layer_chain_settles("cpu", torch.float32, monkeypatch, chains)
 
 
