@@ -41,6 +41,19 @@ AccumulateGrad takes the gradient, the second micro-batch's forward replays), or
   are released (``Ledger.waiting``). Gradient accumulation then costs one copy of those
   gradients per optimizer step, not a second recording of the forward and its memory.
 
+Note [Recordings of one backward pass]
+``stop_lending`` is for gradients kept past the backward pass that made them. A recording
+blocked by a later one whose gradients at risk were handed out in the same backward pass
+(the same autograd graph task, ``torch._C._current_graph_task_id``) is the order of one
+backward, not gradient accumulation: every layer's gradients stay in ``.grad`` till the
+optimizer step, so a layer backward recorded anew after the layers below it were recorded
+(its tangent moved, Note [Moved outputs of other recordings]) blocked each of them in every
+step. Taken for accumulation, that stopped the lending for good and ran one call of each of
+BART's two layer backwards uncaptured in every step (CPU stand-in, 4 layers a stack,
+``NVFUSER_DTENSOR_LAYER_CHAINS=1``). So such a block only makes the call use or make another
+recording, which records after the blocker and avoids its live memory; in the next step the
+calls find their recordings in the order they replay.
+
 Note [Backwards of uncaptured forwards]
 A backward is keyed on the addresses of what its forward saved (inductor's rule: saved
 values are static inputs). A forward call that ran uncaptured (its warm-up, a call that had
@@ -169,7 +182,8 @@ class Ledger:
         later = [r for r in self.handed if r.seq > rec.seq]
         for r in later:
             if not r.risky_free():
-                r.stop_lending()
+                if r.task < 0 or r.task != torch._C._current_graph_task_id():
+                    r.stop_lending()  # kept past this backward pass (Note [Recordings of one backward pass])
                 return False
         for r in later:
             if r.lent_risky:
@@ -183,8 +197,10 @@ class Ledger:
         return any(r.lent_once and not r.risky_free() for r in self.handed)
 
     def replayed(self, rec: Recording) -> None:
-        if (rec.risky or rec.lent_risky) and rec not in self.handed:
-            self.handed.append(rec)
+        if rec.risky or rec.lent_risky:
+            rec.task = torch._C._current_graph_task_id()  # Note [Recordings of one backward pass]
+            if rec not in self.handed:
+                self.handed.append(rec)
 
 
 def ledger_of(capture) -> Ledger:
@@ -200,7 +216,7 @@ class Recording:
 
     __slots__ = ("replay", "copies", "outputs", "cloned", "rebuilt", "watched", "alone", "cached", "key_idx",
                  "key_ptrs", "extra", "seq", "risky", "risky_alone", "lent_once", "lent", "lent_risky",
-                 "handed_out", "revoked_message", "made", "lenders", "steady", "used", "__weakref__")
+                 "handed_out", "revoked_message", "made", "lenders", "steady", "used", "task", "__weakref__")
 
     def __init__(self, replay, copies, outputs, cloned, rebuilt, watched):
         self.replay = replay
@@ -221,6 +237,7 @@ class Recording:
         self.risky: list[int] = []  # positions in ``watched`` of the outputs at risk
         self.risky_alone: list = []
         self.lent_once = False  # its gradients at risk were taken into .grad and then found alive
+        self.task = -1  # the autograd graph task of its last replay (-1: none, a forward)
         # user outputs lent, not copied: [(output indices on one storage, its address, bytes)]
         self.lent: list[tuple[list[int], int, int]] = []
         self.lent_risky = False  # one of them lies where an earlier recording's replay writes

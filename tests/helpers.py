@@ -218,17 +218,18 @@ def layer_loop(device, make, layers: int = 3, width: int = 16, steps: int = 6, *
 
 
 class RecordingWatch:
-    """The CUDA-graph recordings made (weakly: the runners alone decide how long they live)
-    and those replayed since ``last_step`` (Note [Record what repeats]); ``setattr`` puts
-    the watch on ``GraphRunner`` (pytest's ``monkeypatch.setattr`` in tests)."""
+    """The CUDA-graph recordings made (weakly: the runners alone decide how long they live),
+    those replayed and the calls run uncaptured since ``last_step`` (Note [Record what
+    repeats]); ``setattr`` puts the watch on ``GraphRunner`` (pytest's ``monkeypatch.setattr``
+    in tests)."""
 
     def __init__(self, setattr=setattr) -> None:
         import weakref
 
         from nvfuser_dtensor_backend.cuda_graph_runner import GraphRunner
 
-        self.made, self.replayed = [], set()
-        record, replay = GraphRunner._record, GraphRunner._replay
+        self.made, self.replayed, self.uncaptured = [], set(), 0
+        record, replay, uncaptured = GraphRunner._record, GraphRunner._replay, GraphRunner._uncaptured
 
         def recording(runner, args, *rest):
             rec = record(runner, args, *rest)
@@ -239,11 +240,17 @@ class RecordingWatch:
             self.replayed.add(id(rec))
             return replay(runner, rec, args)
 
+        def as_it_is(runner, args, *rest):
+            self.uncaptured += 1
+            return uncaptured(runner, args, *rest)
+
         setattr(GraphRunner, "_record", recording)
         setattr(GraphRunner, "_replay", replaying)
+        setattr(GraphRunner, "_uncaptured", as_it_is)
 
     def last_step(self) -> None:
         self.replayed.clear()
+        self.uncaptured = 0
 
     def live(self) -> list:
         return [rec for rec in (ref() for ref in self.made) if rec is not None]
@@ -305,8 +312,8 @@ def layer_graph_recordings(device, dtype, monkeypatch, steps: int = 5, cuda_grap
     """Tiny BART with LayerDrop's draw on (a graph break in the loop over layers: one compiled
     graph per layer, as on the H200) trained ``steps`` steps with CUDA graphs, each step
     judged against eager like the zoo; returns (recordings not replayed in the last step,
-    recordings made), and asserts that the last step recorded nothing (Note [Record what
-    repeats]). ``cuda_graphs``: the backend's option (``"auto"`` leaves graphs of fewer than
+    recordings made), and asserts that the last step recorded nothing and ran no call of a
+    captured graph uncaptured (Note [Record what repeats]). ``cuda_graphs``: the backend's option (``"auto"`` leaves graphs of fewer than
     3 kernel launches uncaptured)."""
     import copy
 
@@ -328,6 +335,7 @@ def layer_graph_recordings(device, dtype, monkeypatch, steps: int = 5, cuda_grap
         loss_err, grad_err = zoo_check.errors(zoo_check.seeded_step(compiled, zm, batch, True, 0), ref, True)
         assert loss_err <= tol["loss"] and grad_err <= tol["grad"], (step, loss_err, grad_err)
     assert len(watch.made) == recorded, (len(watch.made), recorded)
+    assert watch.uncaptured == 0, f"{watch.uncaptured} calls ran uncaptured in the last step"
     return len(watch.stale()) + sum(r() is None for r in watch.made), len(watch.made)
 
 
