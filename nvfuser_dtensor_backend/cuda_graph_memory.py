@@ -176,9 +176,10 @@ class Ledger:
 
     def clear_for(self, rec: Recording) -> bool:
         """Whether ``rec`` may replay: no recording made after it has an output at risk alive.
-        A backward's gradients at risk found alive are no longer taken into ``.grad``. If it
-        may, the later recordings' lent outputs at risk are revoked (``rec``'s replay may
-        write over them)."""
+        A backward's gradients at risk found alive are no longer taken into ``.grad``, unless
+        it handed them out in the current backward pass (Note [Recordings of one backward
+        pass]). If it may, the later recordings' lent outputs at risk are revoked (``rec``'s
+        replay may write over them)."""
         later = [r for r in self.handed if r.seq > rec.seq]
         for r in later:
             if not r.risky_free():

@@ -313,8 +313,8 @@ def layer_graph_recordings(device, dtype, monkeypatch, steps: int = 5, cuda_grap
     graph per layer, as on the H200) trained ``steps`` steps with CUDA graphs, each step
     judged against eager like the zoo; returns (recordings not replayed in the last step,
     recordings made), and asserts that the last step recorded nothing and ran no call of a
-    captured graph uncaptured (Note [Record what repeats]). ``cuda_graphs``: the backend's option (``"auto"`` leaves graphs of fewer than
-    3 kernel launches uncaptured)."""
+    captured graph uncaptured (Note [Record what repeats]). ``cuda_graphs``: the backend's
+    option (``"auto"`` leaves graphs of fewer than 3 kernel launches uncaptured)."""
     import copy
 
     from benchmarks import zoo, zoo_check
