@@ -177,6 +177,9 @@ def copying_out(replay: Callable, escaping: int | None) -> Callable:
 # for later steps, and ran uncaptured (step 18.44 -> 19.95 ms, reduce-overhead 18.08). So
 # training pairs need three launches too, unless NVFUSER_DTENSOR_MIN_TRAINING_LAUNCHES says
 # otherwise (1: GPT-2's gain); NVFUSER_DTENSOR_MIN_LAUNCHES for inference graphs (A/B runs).
+# Session 38 (H100, BART's layer chains fixed): 1 with NVFUSER_DTENSOR_LAYER_CHAINS=1 kept
+# BART's backwards from filling, but neither model gained any more (GPT-2 6.85 -> 6.81 ms,
+# BART 19.95 -> 19.91) and BART reserved 1.6 GB more: three launches stay the rule.
 MIN_LAUNCHES = {"inference": int(os.environ.get("NVFUSER_DTENSOR_MIN_LAUNCHES", 3)),
                 "training": int(os.environ.get("NVFUSER_DTENSOR_MIN_TRAINING_LAUNCHES", 3))}
 
