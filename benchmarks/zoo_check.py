@@ -198,6 +198,22 @@ def fp64_judgement(step: Step, ref: Step, ref64: Step, train: bool, tol: dict) -
     return dict(ok=ok, loss_err=loss, grad_err=grad, eager_loss_err=eager_loss, eager_grad_err=eager_grad)
 
 
+def judgement(step: Step, ref: Step, errs: tuple, zm, batch, train: bool, seed: int, dtype,
+              fp64_cache: dict) -> dict:
+    """Whether ``step``, ``errs`` (loss, gradient) away from eager's ``ref``, is right: ``ok``,
+    ``tol`` (the dtype's tolerances) and, where it misses them, ``fp64`` (fp64_judgement
+    against a float64 run, which ``fp64_cache`` keeps)."""
+    loss_err, grad_err = errs
+    tol = TOLERANCES.get(dtype, TOLERANCES[torch.bfloat16])
+    verdict = dict(ok=loss_err <= tol["loss"] and (grad_err is None or grad_err <= tol["grad"]), tol=tol)
+    if not verdict["ok"] and dtype != torch.float64:
+        if "step" not in fp64_cache:
+            fp64_cache["step"] = fp64_step(zm, batch, train, seed)
+        verdict["fp64"] = fp64_judgement(step, ref, fp64_cache["step"], train, tol)
+        verdict["ok"] = verdict["fp64"]["ok"]
+    return verdict
+
+
 def compare(zm, backend: str, train: bool, options: dict | None = None, ref: Step | None = None,
             seed: int = 0, fp64_cache: dict | None = None) -> dict:
     """Compile a copy of ``zm.model`` with ``backend`` and judge one step against eager.
@@ -235,15 +251,10 @@ def compare(zm, backend: str, train: bool, options: dict | None = None, ref: Ste
             result.update(noise=noise, seed_losses=losses, dropout_happened=dropped,
                           tol=dict(loss=DROPOUT_LOSS_TOL, grad=DROPOUT_GRAD_FACTOR * noise))
         else:
-            tol = TOLERANCES.get(dtype, TOLERANCES[torch.bfloat16])
-            ok = loss_err <= tol["loss"] and (grad_err is None or grad_err <= tol["grad"])
-            result["tol"] = tol
-            if not ok and dtype != torch.float64:
-                cache = {} if fp64_cache is None else fp64_cache
-                if "step" not in cache:
-                    cache["step"] = fp64_step(zm, batch, train, seed)
-                result["fp64"] = fp64_judgement(step, ref, cache["step"], train, tol)
-                ok = result["fp64"]["ok"]
+            verdict = judgement(step, ref, (loss_err, grad_err), zm, batch, train, seed, dtype,
+                                {} if fp64_cache is None else fp64_cache)
+            ok = verdict.pop("ok")
+            result.update(verdict)
     result["fallbacks"] = fallback_warnings(caught)
     result["status"] = "ok" if ok else "wrong"
     return result

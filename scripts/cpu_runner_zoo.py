@@ -53,16 +53,9 @@ def held(watch: RecordingWatch) -> str:
 
 def judged(step, ref, zm, batch, train: bool, fp64: dict) -> tuple[float, float | None, bool]:
     """(loss error, gradient error, right) of ``step`` against eager's ``ref``, judged as the
-    zoo judges (``zoo_check.compare``): within float32's tolerances, or else no further from
-    a float64 run than twice eager's own distance (``fp64`` caches that run)."""
+    zoo judges (``zoo_check.judgement``; ``fp64`` keeps the float64 run)."""
     loss, grad = zoo_check.errors(step, ref, train)
-    tol = zoo_check.TOLERANCES[torch.float32]
-    right = loss <= tol["loss"] and (grad is None or grad <= tol["grad"])
-    if not right:
-        if "step" not in fp64:
-            fp64["step"] = zoo_check.fp64_step(zm, batch, train, 0)
-        right = zoo_check.fp64_judgement(step, ref, fp64["step"], train, tol)["ok"]
-    return loss, grad, right
+    return loss, grad, zoo_check.judgement(step, ref, (loss, grad), zm, batch, train, 0, torch.float32, fp64)["ok"]
 
 
 def main() -> int:
