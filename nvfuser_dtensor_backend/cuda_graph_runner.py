@@ -523,7 +523,8 @@ class GraphRunner:
 
     def _steady(self, args: list) -> set[int]:
         """The indices of ``args`` this recording reads in place as tangents (Note [Tangents
-        read in place]): large enough, not in padded rows, and read in place by earlier
+        read in place]): not used in place already (``static``: a backward's saved values, keyed
+        as they are), large enough, not in padded rows, and read in place by earlier
         recordings at this address or at fewer than ``STEADY_ADDRESSES`` others. With
         ``inputs_in_place`` the same rule holds for the inputs of any kind of graph."""
         if not (self.inputs_in_place or (TANGENTS_IN_PLACE and self.kind == "backward")):
@@ -534,15 +535,15 @@ class GraphRunner:
                 for i, ptr in rec.extra:
                     if i in rec.steady:
                         seen.setdefault(i, set()).add(ptr)
+        static = set(self.static)
         return {i for i, a in enumerate(args)
-                if isinstance(a, torch.Tensor) and a.untyped_storage().nbytes() >= TANGENT_IN_PLACE_FROM_BYTES
+                if i not in static and isinstance(a, torch.Tensor) and a.untyped_storage().nbytes() >= TANGENT_IN_PLACE_FROM_BYTES
                 and not (a.dim() >= 2 and a.stride(-1) == 1 and a.stride(-2) > a.size(-1))
                 and (len(seen.get(i, ())) < STEADY_ADDRESSES or a.data_ptr() in seen[i])}
 
     def _record(self, args: list, steady: set[int], moved: set[int] = frozenset()) -> Recording | None:
         static = set(self.static)
         copies, inputs, extra = [], list(args), []
-        steady = steady - static
         for i, a in enumerate(args):
             if i not in static and isinstance(a, torch.Tensor) and (
                     (a.data_ptr() in MADE and i not in moved) or i in steady):

@@ -807,6 +807,22 @@ def test_a_tangent_that_keeps_moving_is_copied_by_a_third_recording(tangents_in_
     assert [[i for i, _, _ in r.copies] for r in recs] == [[], [], [1]]
 
 
+def test_a_backward_records_at_once_when_only_its_saved_values_moved(tangents_in_place):
+    # the forward's recording puts the values it saves in the pool, elsewhere than its warm-up
+    # did: the backward keys on them, they are no tangent to wait for. (Waiting ran ResNet-18's
+    # backward uncaptured once more, outside the pool: 1380 MB reserved at most on an H100,
+    # against 896 without CUDA graphs.)
+    runner, failures = _runner(lambda a: [a[0] * a[1]], kind="backward", static=(0,), escaping=None)
+    warm_up, recorded = torch.randn(32), torch.randn(32)
+    for step, saved in enumerate((warm_up, recorded, recorded)):
+        loss_grad = torch.randn(())
+        g, = runner([saved, loss_grad])
+        torch.testing.assert_close(g, saved * loss_grad)
+        del g
+        assert runner.count == min(step, 1)  # recorded on the second call, replayed on the third
+    assert runner.tangent_waits == 0 and not failures
+
+
 def test_tangents_in_padded_rows_and_forward_inputs_stay_copied(tangents_in_place):
     runner, _ = _runner(lambda a: [a[0] * a[1].sum(-1)], kind="backward", static=(0,), escaping=None)
     saved, padded = torch.randn(5), torch.randn(5, 16)[:, :13]
