@@ -928,3 +928,30 @@ def test_hf_lm_logits_are_lent_and_right_after_the_backward(captured_on_cpu, poo
         old = outs[0].logits if step == 2 else old
     with pytest.raises(RuntimeError, match="overwritten it"):
         old.argmax(-1)
+
+
+def test_a_backward_waiting_for_its_tangent_runs_in_the_pool_and_copies_its_outputs_out(tangents_in_place):
+    # Note [Waits in the pool]: the waiting call's memory comes from the pool, where a replay of
+    # the forward's recording writes (ReplayByRerun plays the worst allocator: every later
+    # output there is overwritten), so the gradient it hands out must be a copy
+    capture = ReplayByRerun(0)
+    warm_ups = []
+    warm_up = capture.warm_up
+    capture.warm_up = lambda fn, args: warm_ups.append(1) or warm_up(fn, args)
+    forward = GraphRunner("forward", lambda a: [a[0] * a[1], (a[0] + a[1]).exp()], [0], 1, capture,
+                          lambda why: None, lambda: False)
+    backward = GraphRunner("backward", lambda a: [a[0] * a[1]], [0], None, capture, lambda why: None, lambda: False)
+    w = torch.randn(32)
+    kept, tangents = [], []
+    for step in range(4):
+        x = torch.randn(32)
+        out, saved = forward([w, x])
+        tangents.append(torch.randn(32))  # kept: a new address each step, so the backward waits twice
+        tangent = tangents[-1]
+        g, = backward([saved, tangent])
+        kept.append((g, (w + x).exp() * tangent))
+        del out, saved
+    for step, (g, want) in enumerate(kept):
+        torch.testing.assert_close(g, want, msg=f"step {step}")
+    assert len(warm_ups) == 4  # both warm-ups, then the backward's two waits
+    assert backward.tangent_waits == 2 and forward.count == 1 and backward.count == 1
