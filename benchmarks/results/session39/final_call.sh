@@ -5,7 +5,7 @@
 #    step by step and per pool, each
 #    judged against eager after its steps (scripts/gpu_memory_probe.py), and the loss graph
 #    of GPT-2 alone (scripts/gpu_loss_memory.py);
-# 2. every GPU test (call 1's 300 s at 8 workers left 5 of 478 not run).
+# 2. every GPU test (call 1's 300 s at 8 workers left 5 of 478 not run), or TESTS.
 start=$SECONDS
 nvidia-smi -L
 timeout -k 10 ${ARM_S:-300} python3 -u scripts/gpu_loss_memory.py > $OUT/loss_memory.log 2>&1 &
@@ -14,6 +14,6 @@ MODELS=${MODELS:-"resnet18 convnext gpt2 llama bert"} BACKENDS="nvfuser_dtensor 
 wait
 echo "#### loss graph alone"; cat $OUT/loss_memory.log | grep -vi warn | tail -40
 echo "== probes done ($((SECONDS - start)) s)"
-timeout -s INT -k 20 ${TESTS_S:-330} python3 -m pytest -v -p no:cacheprovider -rfEs --tb=short -n ${WORKERS:-12} $(cat scripts/gpu_tests.txt) \
-  tests/distributed/test_local_cuda_graphs.py tests/test_packaging.py > $OUT/gpu_tests.log 2>&1
+timeout -s INT -k 20 ${TESTS_S:-330} python3 -m pytest -v -p no:cacheprovider -rfEs --tb=short -n ${WORKERS:-12} ${TESTS:-$(cat scripts/gpu_tests.txt) \
+  tests/distributed/test_local_cuda_graphs.py tests/test_packaging.py} > $OUT/gpu_tests.log 2>&1
 echo "== GPU tests ($((SECONDS - start)) s)"; grep -E "^(FAILED|ERROR)|passed|failed|no tests|workers \[|KeyboardInterrupt !" $OUT/gpu_tests.log | tail -12
