@@ -508,7 +508,7 @@ class GraphRunner:
         """A backward's call that waits for its tangents to stay put, run as it is with its
         memory taken from the graphs' pool and its outputs copied out (Note [Waits in the pool])."""
         warm_up = getattr(self.capture, "warm_up", None)
-        if warm_up is None:
+        if warm_up is None or self.kind != "backward":  # (the local DTensor path's inputs read in place)
             return self._uncaptured(args)
 
         def run(a: list) -> list:
