@@ -6,12 +6,17 @@
 # 2. memory per step and per pool (scripts/gpu_memory_probe.py), ours with and without CUDA
 #    graphs, four processes at a time so that they finish compiling: ResNet-18 (fix 1 of
 #    session 39, never measured: 1380 MB reserved at most with graphs, 896 without, before
-#    it), BERT, BART and ConvNeXt.
+#    it), BERT, BART and ConvNeXt;
+# 3. beside the first of those, GPT-2's loss graph alone, as it is and with the logits handed
+#    over viewed as rows (scripts/gpu_loss_memory.py --rows: does the float32 tensor between
+#    nvFuser's segments go?).
 start=$SECONDS
 nvidia-smi -L
 timeout -s INT -k 20 ${TESTS_S:-330} python3 -m pytest -v -p no:cacheprovider -rfEs --tb=short -n ${WORKERS:-12} $(cat scripts/gpu_tests.txt) \
   tests/distributed/test_local_cuda_graphs.py tests/test_packaging.py > $OUT/gpu_tests.log 2>&1
 echo "== GPU tests ($((SECONDS - start)) s)"; grep -E "^(FAILED|ERROR)|passed|failed|no tests|workers \[|KeyboardInterrupt !" $OUT/gpu_tests.log | tail -12
+(timeout 150 python3 -u scripts/gpu_loss_memory.py; timeout 100 python3 -u scripts/gpu_loss_memory.py --rows --backends nvfuser_dtensor) \
+  > $OUT/loss_memory.log 2>&1 &
 for models in "resnet18 bert" "bart convnext"; do
   left=$(( ${DEADLINE_S:-560} - (SECONDS - start) ))
   [ "$left" -gt 60 ] || { echo "== no time left for $models ($left s)"; continue; }
@@ -19,3 +24,5 @@ for models in "resnet18 bert" "bart convnext"; do
     bash "$(dirname "$0")/memory_call.sh"
   echo "== $models ($((SECONDS - start)) s)"
 done
+wait
+echo "#### GPT-2's loss graph alone"; grep -vi warn $OUT/loss_memory.log | tail -40
