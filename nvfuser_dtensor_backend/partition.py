@@ -171,6 +171,38 @@ def _trim_trailing_views(p) -> bool:
     return trimmed
 
 
+# Note [Views of region inputs stay out]
+# A region that reads a value only through a view of it (an LM loss reading its logits as rows,
+# ``view(logits, [-1, vocab])``; a layer reading its GEMM's output as [batch, seq, hidden])
+# gave nvFuser a ``reshape`` of a fusion input. nvFuser recomputes an upcast of a fusion input
+# in each segment that reads it (``privatizeUpcast``), but not an upcast *followed by* a
+# reshape: GPT-2's loss forward read ``reshape(cast(logits))`` in its max and its exp-sum
+# segments, and nvFuser wrote that float32 [tokens, vocabulary] tensor out between them (786 MB
+# at 8 x 512 tokens on an H100, where inductor's loss allocates nothing beyond the logits;
+# benchmarks/results/session39). So, with ``NVFUSER_DTENSOR_INPUT_VIEWS_OUT=1`` (an A/B switch,
+# read at import), a view that keeps strides simple (``VIEWS_OF_INPUTS``: no slice, which
+# would move the data pointer off its alignment, no transpose or expand) of a value from
+# outside its region is made by PyTorch, for free, and the region takes the viewed value as
+# its input. Removing such a node cannot make a cycle: it reads only a value the region
+# already read from outside, and only the region reads it back.
+INPUT_VIEWS_OUT = env_flag("NVFUSER_DTENSOR_INPUT_VIEWS_OUT")
+VIEWS_OF_INPUTS = frozenset({aten.view.default, aten._unsafe_view.default, aten.unsqueeze.default,
+                             aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default})
+
+
+def _trim_input_views(p) -> bool:
+    """Views of values from outside ``p`` moved out of it, chains of them included (Note
+    [Views of region inputs stay out])."""
+    changed, trimmed = True, False
+    while changed:
+        changed = False
+        for node in list(p.nodes):
+            if node.target in VIEWS_OF_INPUTS and not any(a in p.nodes for a in node.all_input_nodes):
+                p.remove_node(node)
+                changed = trimmed = True
+    return trimmed
+
+
 def _copy_after(graph: fx.Graph, node: fx.Node, args, kwargs) -> fx.Node:
     """A copy of ``node`` (with ``args``/``kwargs``) outside any partition, right after it."""
     with graph.inserting_after(node):
@@ -589,6 +621,8 @@ def partition(
             _replay_input_free_outside(p, gm.graph)
         while _replay_views_outside(p, gm.graph) | _trim_trailing_views(p):
             pass
+        if local and INPUT_VIEWS_OUT:
+            _trim_input_views(p)
         if not any(user not in p.nodes for node in p.nodes for user in node.users):
             report.small += 1  # nothing of it is used outside it any more
         elif _compute_nodes(p.nodes) >= min_region_size:

@@ -587,6 +587,29 @@ def test_split_far_joins_no_copy_alone(monkeypatch, dtype):
     assert regions[True] == [["aten.cos.default"], ["aten.relu.default"], ["aten.sin.default"]], regions
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_input_views_out_leaves_the_view_of_a_region_input_to_pytorch(monkeypatch, dtype):
+    """NVFUSER_DTENSOR_INPUT_VIEWS_OUT (Note [Views of region inputs stay out]): the matmul's
+    output, read by the region only as rows (an LM loss's ``view(logits, [-1, vocab])`` of an
+    upcast softmax), is viewed by PyTorch and the region starts at the cast, so that nvFuser
+    gets no reshape of an upcast input. A view of a value computed inside stays. Values are
+    eager's both ways."""
+    def f(x, w):
+        rows = (x @ w).view(-1, 24).float()
+        e = (rows - rows.amax(-1, keepdim=True)).exp()
+        return e.sum(-1).view(4, 6).unsqueeze(0) * 2
+
+    args = (randn(2, 6, 16, dtype=dtype), randn(16, 48, dtype=dtype))
+    regions = _regions_by_switch(monkeypatch, "INPUT_VIEWS_OUT", f, args, dtype)
+    assert len(regions[False]) == len(regions[True]) == 1, regions
+    # off: the matmul's output viewed as [2, 6, 48] (``@`` of a 3-d x), then as rows, and the
+    # sums viewed as [4, 6]; on: the sums' view only, every other op as before
+    assert regions[False][0].count("aten.view.default") == 3, regions[False]
+    assert regions[True][0].count("aten.view.default") == 1, regions[True]
+    others = [[op for op in ops[0] if op != "aten.view.default"] for ops in (regions[False], regions[True])]
+    assert others[0] == others[1]
+
+
 def test_split_unrelated_keeps_scalar_counters_together(monkeypatch):
     """Each batch norm's ``num_batches_tracked + 1`` reads nothing of its batch norm, so no join
     takes it there; with NVFUSER_DTENSOR_SPLIT_UNRELATED the counters of a region stay one
