@@ -38,6 +38,8 @@ from .zero_size import drop_empty_operands
 from .one_hot_sum import fold_one_hot_sums
 from .padded_rows import pad_on_padded_rows, reduce_padded_rows, rows_widened
 from .pad_matmul import pad_matmuls
+from .views_before_casts import views_before_casts
+from . import partition as partitioning
 from .partition import PartitionReport, partition
 from .region import FUSION_CACHE, FusedRegion, _first_line
 
@@ -189,6 +191,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs, options: Options, kin
         write_stacks_once(gm)
         reduce_padded_rows(gm)
         pad_on_padded_rows(gm)
+        if partitioning.INPUT_VIEWS_OUT:  # the views then read values from outside their regions
+            views_before_casts(gm)
     fused, names, report = partition(gm, options.min_region_size, options.fuse_matmul,
                                      random_ops=random_ops and local, global_view=not local)
     # The global view runs its graphs on DTensors, which inductor does not take: there,

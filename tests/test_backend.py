@@ -610,6 +610,33 @@ def test_input_views_out_leaves_the_view_of_a_region_input_to_pytorch(monkeypatc
     assert others[0] == others[1]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_input_views_out_views_an_upcast_input_before_its_cast(monkeypatch, dtype):
+    """Note [Views before casts]: an LM loss upcasts its logits, then views them as rows; with
+    NVFUSER_DTENSOR_INPUT_VIEWS_OUT the view is made first, on the input, by PyTorch, and the
+    region starts at the cast. Values are eager's both ways."""
+    def f(x):
+        rows = x.float().view(-1, 24)
+        e = (rows - rows.amax(-1, keepdim=True)).exp()
+        return e.sum(-1)
+
+    regions = _regions_by_switch(monkeypatch, "INPUT_VIEWS_OUT", f, (randn(2, 6, 24, dtype=dtype),), dtype)
+    assert "aten.view.default" in regions[False][0]
+    assert "aten.view.default" not in regions[True][0], regions[True]
+
+
+def test_views_before_casts_keeps_a_view_the_input_cannot_take(monkeypatch):
+    """Note [Views before casts]: the cast of a slice is dense, and its view splits and merges
+    rows that the slice's strides cannot; that view stays after the cast, and values are
+    eager's. A view of a cast with another reader stays too."""
+    def f(x):
+        return x[:, :24].float().view(-1, 8).exp(), x.double().view(-1).sin(), x.double() * 2
+
+    args = (randn(5, 48, dtype=torch.bfloat16),)
+    regions = _regions_by_switch(monkeypatch, "INPUT_VIEWS_OUT", f, args, torch.bfloat16)
+    assert sum(ops.count("aten.view.default") for ops in regions[True]) == 2, regions[True]
+
+
 def test_split_unrelated_keeps_scalar_counters_together(monkeypatch):
     """Each batch norm's ``num_batches_tracked + 1`` reads nothing of its batch norm, so no join
     takes it there; with NVFUSER_DTENSOR_SPLIT_UNRELATED the counters of a region stay one
