@@ -180,14 +180,14 @@ def _trim_trailing_views(p) -> bool:
 # segments, and nvFuser wrote that float32 [tokens, vocabulary] tensor out between them (786 MB
 # at 8 x 512 tokens on an H100, where inductor's loss allocates nothing beyond the logits;
 # benchmarks/results/session39). So, with ``NVFUSER_DTENSOR_INPUT_VIEWS_OUT=1`` (an A/B switch,
-# read at import), a view that keeps strides simple (``VIEWS_OF_INPUTS``: no slice, which
-# would move the data pointer off its alignment, no transpose or expand) of a value from
-# outside its region is made by PyTorch, for free, and the region takes the viewed value as
-# its input. Removing such a node cannot make a cycle: it reads only a value the region
-# already read from outside, and only the region reads it back.
+# read at import), a ``view`` of a value from outside its region (``VIEWS_OF_INPUTS``; not a
+# slice, which would move the data pointer off its alignment, nor a transpose or expand,
+# whose strides nvFuser would then have to take) is made by PyTorch, for free, and the region
+# takes the viewed value as its input (the loss's view of its upcast is first made a view of
+# the logits, Note [Views before casts]). Removing such a node cannot make a cycle: it reads
+# only a value from outside the region, and only the region reads it back.
 INPUT_VIEWS_OUT = env_flag("NVFUSER_DTENSOR_INPUT_VIEWS_OUT")
-VIEWS_OF_INPUTS = frozenset({aten.view.default, aten._unsafe_view.default, aten.unsqueeze.default,
-                             aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default})
+VIEWS_OF_INPUTS = frozenset({aten.view.default, aten._unsafe_view.default})
 
 
 def _trim_input_views(p) -> bool:
