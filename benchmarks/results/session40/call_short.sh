@@ -5,9 +5,9 @@
 # logits handed over as rows; ours with NVFUSER_DTENSOR_INPUT_VIEWS_OUT=1. Beside them, the GPU
 # tests for TESTS_S seconds (default 170).
 nvidia-smi -L
-timeout 160 python3 -u scripts/gpu_loss_memory.py > $OUT/loss_default.log 2>&1 &
-timeout 160 python3 -u scripts/gpu_loss_memory.py --rows --backends nvfuser_dtensor > $OUT/loss_rows.log 2>&1 &
-NVFUSER_DTENSOR_INPUT_VIEWS_OUT=1 timeout 160 python3 -u scripts/gpu_loss_memory.py --backends nvfuser_dtensor > $OUT/loss_views_out.log 2>&1 &
+timeout ${LOSS_S:-160} python3 -u scripts/gpu_loss_memory.py > $OUT/loss_default.log 2>&1 &
+timeout ${LOSS_S:-160} python3 -u scripts/gpu_loss_memory.py --rows --backends nvfuser_dtensor > $OUT/loss_rows.log 2>&1 &
+NVFUSER_DTENSOR_INPUT_VIEWS_OUT=1 timeout ${LOSS_S:-160} python3 -u scripts/gpu_loss_memory.py --backends nvfuser_dtensor > $OUT/loss_views_out.log 2>&1 &
 TESTS_S=${TESTS_S:-170} bash scripts/gpu_tests.sh > $OUT/gpu_tests_summary.txt
 echo "== GPU tests"; cat $OUT/gpu_tests_summary.txt
 wait
