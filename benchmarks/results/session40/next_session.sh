@@ -1,6 +1,6 @@
-# Prepared in session 40 (no device call ran: thirteen starts failed or were refused, one
-# machine was taken back before any output) for the next device session's first call (about
-# 560 s), on the package of its commit:
+# Prepared in session 40 (no device call ran: fourteen starts failed, one machine was taken
+# back before any output, three tries were refused) for the next device session's first call
+# (about 560 s), on the package of its commit:
 #   source .device/setup.sh && source scripts/gpu_prelude.sh $OUT/prelude && bash benchmarks/results/session40/next_session.sh > $OUT/next_session.log 2>&1
 # 1. GPT-2's loss graph alone three ways, one process each, beside every GPU test (12 workers,
 #    TESTS_S, default 330 s): does NVFUSER_DTENSOR_INPUT_VIEWS_OUT=1 take the 786 MB float32
