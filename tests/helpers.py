@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -461,3 +462,29 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def tiny_bf16_gpt2(vocab: int = 8201):
+    """Hugging Face GPT-2 with one layer and ``vocab`` classes (not a multiple of 8: its LM head
+    gets padded, Note [Padded matmuls]) in bf16, seeded: the model, a copy to compile, a
+    float64 copy and token ids [2, 16]. No dropout: each run would draw masks of its own (ours
+    inside nvFuser's kernels)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=1, n_head=2, n_positions=32,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = transformers.GPT2LMHeadModel(cfg).to(DEVICE, torch.bfloat16)
+    ours, ref = copy.deepcopy(model), copy.deepcopy(model).double()
+    return model, ours, ref, torch.randint(0, vocab, (2, 16), device=DEVICE)
+
+
+def assert_gpt2_step_right(got, model, ours, ref, ids) -> None:
+    """``got`` (``ours``' output on ``ids`` with labels) backpropagated, and its loss and
+    gradients judged against eager's bf16 and float64's, as the zoo does (eager's own bf16
+    error on the tied embedding is 0.1)."""
+    expected, exact = model(input_ids=ids, labels=ids), ref(input_ids=ids, labels=ids)
+    for out in (got, expected, exact):
+        out.loss.backward()
+    assert_no_worse_than_eager(got.loss.detach(), expected.loss.detach(), exact.loss.detach(), slack=1e-3, msg="loss")
+    for (name, p), q, r in zip(model.named_parameters(), ours.parameters(), ref.parameters()):
+        assert_no_worse_than_eager(q.grad, p.grad, r.grad, slack=1e-3, msg=name)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import nvfuser_dtensor_backend as nb
 from nvfuser_dtensor_backend.padded_rows import rows_widened
 
-from helpers import DEVICE, assert_close, assert_no_worse_than_eager, check_parity, compile_fn, randn
+from helpers import DEVICE, assert_close, assert_gpt2_step_right, assert_no_worse_than_eager, check_parity, compile_fn, randn, tiny_bf16_gpt2
 
 LOGGER = "nvfuser_dtensor_backend"
 
@@ -120,26 +120,12 @@ def test_gpt2_loss_across_its_graph_break(caplog):
     # HF GPT-2: the loss is a graph of its own whose input is the logits, a view of the padded
     # product (rows 8208 apart): its statistics read the padded rows. A bf16 model: judged
     # against float64, as the zoo does (eager's own bf16 error on the tied embedding is 0.1)
-    transformers = pytest.importorskip("transformers")
-    import copy
-
-    torch.manual_seed(0)
-    # No dropout: each of the three runs would draw masks of its own (ours inside nvFuser's kernels).
-    cfg = transformers.GPT2Config(vocab_size=8201, n_embd=32, n_layer=1, n_head=2, n_positions=32,
-                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    model = transformers.GPT2LMHeadModel(cfg).to(DEVICE, torch.bfloat16)
-    ours, ref = copy.deepcopy(model), copy.deepcopy(model).double()
-    ids = torch.randint(0, 8201, (2, 16), device=DEVICE)
+    model, ours, ref, ids = tiny_bf16_gpt2()
     compiled = torch.compile(ours, backend="nvfuser_dtensor", options={"pad_matmuls": True})
     with caplog.at_level(logging.INFO, logger=LOGGER):
         got = compiled(input_ids=ids, labels=ids)
     assert _rewrites(caplog) == 2  # the loss graph's amax and sum
-    expected, exact = model(input_ids=ids, labels=ids), ref(input_ids=ids, labels=ids)
-    for out in (got, expected, exact):
-        out.loss.backward()
-    assert_no_worse_than_eager(got.loss.detach(), expected.loss.detach(), exact.loss.detach(), slack=1e-3, msg="loss")
-    for (name, p), q, r in zip(model.named_parameters(), ours.parameters(), ref.parameters()):
-        assert_no_worse_than_eager(q.grad, p.grad, r.grad, slack=1e-3, msg=name)
+    assert_gpt2_step_right(got, model, ours, ref, ids)
 
 
 def test_rows_widened_over_several_leading_dims():
