@@ -160,15 +160,22 @@ def _is_view(node: fx.Node, p) -> bool:
     return node.target in VIEW_OPS or node.target in SPLIT_OPS
 
 
-def _trim_trailing_views(p) -> bool:
-    changed, trimmed = True, False
+def _remove_while(p, leaves: Callable[[fx.Node], bool]) -> bool:
+    """The nodes of ``p`` that ``leaves`` picks removed from it, again until it picks none (a
+    removal can make another node leave); whether any was."""
+    changed, removed = True, False
     while changed:
         changed = False
         for node in list(p.nodes):
-            if _is_view(node, p) and all(user not in p.nodes for user in node.users):
-                p.remove_node(node)  # no user inside: removing it cannot create a cycle
-                changed = trimmed = True
-    return trimmed
+            if leaves(node):
+                p.remove_node(node)
+                changed = removed = True
+    return removed
+
+
+def _trim_trailing_views(p) -> bool:
+    # no user inside: removing it cannot create a cycle
+    return _remove_while(p, lambda node: _is_view(node, p) and all(user not in p.nodes for user in node.users))
 
 
 # Note [Views of region inputs stay out]
@@ -193,14 +200,8 @@ VIEWS_OF_INPUTS = frozenset({aten.view.default, aten._unsafe_view.default})
 def _trim_input_views(p) -> bool:
     """Views of values from outside ``p`` moved out of it, chains of them included (Note
     [Views of region inputs stay out])."""
-    changed, trimmed = True, False
-    while changed:
-        changed = False
-        for node in list(p.nodes):
-            if node.target in VIEWS_OF_INPUTS and not any(a in p.nodes for a in node.all_input_nodes):
-                p.remove_node(node)
-                changed = trimmed = True
-    return trimmed
+    return _remove_while(p, lambda node: node.target in VIEWS_OF_INPUTS
+                         and not any(a in p.nodes for a in node.all_input_nodes))
 
 
 def _copy_after(graph: fx.Graph, node: fx.Node, args, kwargs) -> fx.Node:

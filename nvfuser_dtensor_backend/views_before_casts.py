@@ -23,9 +23,9 @@ from torch._guards import detect_fake_mode
 
 from .fx_nodes import is_dtype_cast, rewritten
 from .fx_nodes import val as _val
+from .partition import VIEWS_OF_INPUTS  # the views that then leave their regions
 
 aten = torch.ops.aten
-_VIEWS = (aten.view.default, aten._unsafe_view.default)
 
 
 def _swap(graph: fx.Graph, fake_mode, view: fx.Node) -> fx.Node | None:
@@ -60,7 +60,7 @@ def _swap(graph: fx.Graph, fake_mode, view: fx.Node) -> fx.Node | None:
 def views_before_casts(gm: fx.GraphModule) -> int:
     """Every ``view(cast(x))`` of ``gm`` that may be, rewritten (Note [Views before casts]);
     returns how many."""
-    views = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in _VIEWS]
+    views = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in VIEWS_OF_INPUTS]
     if not views:
         return 0
     fake_mode = detect_fake_mode([_val(n) for n in gm.graph.nodes if n.op == "placeholder"])

@@ -8,9 +8,8 @@ from __future__ import annotations
 import re
 
 import pytest
-import torch
 
-from helpers import assert_gpt2_step_right, tiny_bf16_gpt2
+from helpers import assert_gpt2_step_right, compile_fn, tiny_bf16_gpt2
 
 
 def _row_reshapes(dump_dir, vocab: int) -> int:
@@ -28,8 +27,7 @@ def test_gpt2_loss_reads_its_logits_as_rows(monkeypatch, tmp_path, on):
 
     monkeypatch.setattr(partition, "INPUT_VIEWS_OUT", on)
     model, ours, ref, ids = tiny_bf16_gpt2()
-    torch._dynamo.reset()
-    compiled = torch.compile(ours, backend="nvfuser_dtensor", options={"pad_matmuls": True, "dump_dir": str(tmp_path)})
+    compiled = compile_fn(ours, pad_matmuls=True, dump_dir=str(tmp_path))
     got = compiled(input_ids=ids, labels=ids)
     assert _row_reshapes(tmp_path, 8201) == (0 if on else 1)
     assert_gpt2_step_right(got, model, ours, ref, ids)
