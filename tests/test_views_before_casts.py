@@ -9,6 +9,8 @@ import re
 
 import pytest
 
+import nvfuser_dtensor_backend as nb
+
 from helpers import assert_gpt2_step_right, compile_fn, tiny_bf16_gpt2
 
 
@@ -30,4 +32,24 @@ def test_gpt2_loss_reads_its_logits_as_rows(monkeypatch, tmp_path, on):
     compiled = compile_fn(ours, pad_matmuls=True, dump_dir=str(tmp_path))
     got = compiled(input_ids=ids, labels=ids)
     assert _row_reshapes(tmp_path, 8201) == (0 if on else 1)
+    assert_gpt2_step_right(got, model, ours, ref, ids)
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_gpt2_loss_upcasts_its_logits_where_they_come_in(monkeypatch, tmp_path, on):
+    """Note [Casts without a set] (translators/elementwise.py): with
+    NVFUSER_DTENSOR_CAST_WITHOUT_SET the loss forward's upcast of the bf16 logits reads the
+    fusion input itself, not a set of it, so that nvFuser can recompute it in each segment; the
+    loss and gradients are right both ways."""
+    from nvfuser_dtensor_backend.translators import elementwise
+
+    monkeypatch.setattr(elementwise, "CAST_WITHOUT_SET", on)
+    nb.clear_cache()  # built definitions are cached by region, not by switch
+    model, ours, ref, ids = tiny_bf16_gpt2()
+    compiled = compile_fn(ours, pad_matmuls=True, dump_dir=str(tmp_path))
+    got = compiled(input_ids=ids, labels=ids)
+    (loss,) = [t for t in (p.read_text() for p in tmp_path.glob("forward.*.py")) if "fd.ops.max(" in t]
+    ir = loss.split("# nvFuser IR:")[1]
+    upcasts = re.findall(r"__bfloat2float\(T\d+_(\w)_", ir)
+    assert ("g" in upcasts) == on, upcasts  # an upcast of a fusion input, not of its set
     assert_gpt2_step_right(got, model, ours, ref, ids)

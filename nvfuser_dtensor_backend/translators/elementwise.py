@@ -15,6 +15,7 @@ import torch
 from torch import fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
+from ..options import env_flag
 from ..registry import translator
 from ._common import LOW_PRECISION, cast, compute_dtype, float_inputs, is_tensor, materialized, out_dtype, upcast
 
@@ -511,8 +512,25 @@ def _no_layout_change(node: fx.Node) -> str | None:
     return None
 
 
+# Note [Casts without a set]
+# ``_to_copy`` copies its input with ``set`` before casting it, so that a copy to the same dtype
+# is a new tensor, never the input itself. Before a real cast that set is not needed, and it
+# costs GPT-2's loss a float32 [tokens, vocabulary] tensor between nvFuser's segments (786 MB
+# at 8 x 512 tokens; H100, session 41, NVFUSER_DUMP=segmented_fusion): nvFuser recomputes an
+# upcast of a fusion input in each segment that reads it (it privatizes upcasts with several
+# uses, fusion_segmenter.cpp privatizeUpCastOrSqueezeOp), but here the upcast reads the set's
+# output, so the max's segment took the set and the cast and wrote the float rows out for
+# the next segment. With ``NVFUSER_DTENSOR_CAST_WITHOUT_SET=1`` (an A/B switch, off until a
+# GPU says) a cast to another dtype reads the input directly; a copy to the same dtype keeps
+# its set.
+CAST_WITHOUT_SET = env_flag("NVFUSER_DTENSOR_CAST_WITHOUT_SET")
+
+
 @translator(aten._to_copy.default, check=_no_layout_change, compute=False)
 def _to_copy(ctx, a, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    if CAST_WITHOUT_SET:
+        casted = cast(ctx, a, out_dtype(ctx))
+        return casted if casted is not a else ctx.ops.set(a)
     return cast(ctx, ctx.ops.set(a), out_dtype(ctx))
 
 

@@ -828,3 +828,25 @@ def test_round_decimals_matches_aten(decimals, dtype):
     fused = {op for r in nb.reports() for region in r.partition.regions for op in region}
     assert set(ROUND_DECIMALS) <= fused, fused
     assert torch.equal(got, fn(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_to_copy_without_a_set(monkeypatch, dtype):
+    """Note [Casts without a set]: with CAST_WITHOUT_SET a cast to another dtype reads its input
+    directly, and a copy to the same dtype is still a new tensor; values are eager's."""
+    from nvfuser_dtensor_backend.translators import elementwise
+
+    monkeypatch.setattr(elementwise, "CAST_WITHOUT_SET", True)
+    other = torch.float64 if dtype == torch.float32 else torch.float32
+
+    def f(x):
+        return x.to(other) * 2, x.to(dtype, copy=True), torch.ops.aten._to_copy(x)
+
+    x = randn(6, 16, dtype=dtype)
+    torch._dynamo.reset()
+    nb.clear_cache()
+    got = torch.compile(f, backend="nvfuser_dtensor", dynamic=False)(x)
+    for g, e in zip(got, f(x)):
+        assert g.dtype == e.dtype
+        assert_close(g, e)
+    assert all(g.data_ptr() != x.data_ptr() for g in got[1:])
