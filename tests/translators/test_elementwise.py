@@ -831,13 +831,14 @@ def test_round_decimals_matches_aten(decimals, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_to_copy_without_a_set(monkeypatch, dtype):
+def test_to_copy_without_a_set(monkeypatch, tmp_path, dtype):
     """Note [Casts without a set]: with CAST_WITHOUT_SET a cast to another dtype reads its input
-    directly, and a copy to the same dtype is still a new tensor; values are eager's."""
+    directly (the definition casts ``tv0`` itself to it), and a copy to the same dtype is still
+    a new tensor; values are eager's."""
     from nvfuser_dtensor_backend.translators import elementwise
 
     monkeypatch.setattr(elementwise, "CAST_WITHOUT_SET", True)
-    other = torch.float64 if dtype == torch.float32 else torch.float32
+    other, name = (torch.float64, "Double") if dtype == torch.float32 else (torch.float32, "Float")
 
     def f(x):
         return x.to(other) * 2, x.to(dtype, copy=True), torch.ops.aten._to_copy(x)
@@ -845,7 +846,9 @@ def test_to_copy_without_a_set(monkeypatch, dtype):
     x = randn(6, 16, dtype=dtype)
     torch._dynamo.reset()
     nb.clear_cache()
-    got = torch.compile(f, backend="nvfuser_dtensor", dynamic=False)(x)
+    got = torch.compile(f, backend="nvfuser_dtensor", dynamic=False, options={"dump_dir": str(tmp_path)})(x)
+    (definition,) = [p.read_text().split("# nvFuser IR:")[0] for p in tmp_path.glob("*.py")]
+    assert f"fd.ops.cast(tv0, dtype=DataType.{name})" in definition, definition
     for g, e in zip(got, f(x)):
         assert g.dtype == e.dtype
         assert_close(g, e)
