@@ -1,7 +1,9 @@
-"""NVFUSER_DTENSOR_INPUT_VIEWS_OUT on Hugging Face GPT-2's loss (Note [Views before casts],
-Note [Views of region inputs stay out]): the nvFuser definition nvFuser built for the loss
-graph's forward, read from the backend's dump, reshapes the upcast logits into rows with the
-switch off and takes them as rows with it on; the loss and gradients are right both ways."""
+"""Two A/B switches on Hugging Face GPT-2's loss, read from the nvFuser definition of the loss
+graph's forward in the backend's dump; the loss and gradients are right both ways.
+NVFUSER_DTENSOR_INPUT_VIEWS_OUT (Note [Views before casts], Note [Views of region inputs stay
+out]): the definition reshapes the upcast logits into rows with the switch off and takes them
+as rows with it on. NVFUSER_DTENSOR_CAST_WITHOUT_SET (Note [Casts without a set]): the upcast
+reads the fusion input only with the switch on."""
 
 from __future__ import annotations
 
@@ -14,11 +16,16 @@ import nvfuser_dtensor_backend as nb
 from helpers import assert_gpt2_step_right, compile_fn, tiny_bf16_gpt2
 
 
+def _loss_forward(dump_dir) -> tuple[str, str]:
+    """The loss forward's dumped definition and its nvFuser IR."""
+    (loss,) = [t for t in (p.read_text() for p in dump_dir.glob("forward.*.py")) if "fd.ops.max(" in t]
+    definition, ir = loss.split("# nvFuser IR:")
+    return definition, ir
+
+
 def _row_reshapes(dump_dir, vocab: int) -> int:
     """Reshapes into rows of ``vocab`` (or its padded width) in the loss forward's definition."""
-    texts = [p.read_text() for p in dump_dir.glob("forward.*.py")]
-    (loss,) = [t for t in texts if "fd.ops.max(" in t]
-    definition = loss.split("# nvFuser IR:")[0]
+    definition, _ = _loss_forward(dump_dir)
     widths = re.findall(r"fd\.ops\.reshape\(tv\d+, new_shape=\[\w+, (\d+)\]\)", definition)
     return sum(int(w) >= vocab for w in widths)
 
@@ -48,8 +55,7 @@ def test_gpt2_loss_upcasts_its_logits_where_they_come_in(monkeypatch, tmp_path, 
     model, ours, ref, ids = tiny_bf16_gpt2()
     compiled = compile_fn(ours, pad_matmuls=True, dump_dir=str(tmp_path))
     got = compiled(input_ids=ids, labels=ids)
-    (loss,) = [t for t in (p.read_text() for p in tmp_path.glob("forward.*.py")) if "fd.ops.max(" in t]
-    ir = loss.split("# nvFuser IR:")[1]
+    _, ir = _loss_forward(tmp_path)
     upcasts = re.findall(r"__bfloat2float\(T\d+_(\w)_", ir)
     assert ("g" in upcasts) == on, upcasts  # an upcast of a fusion input, not of its set
     assert_gpt2_step_right(got, model, ours, ref, ids)

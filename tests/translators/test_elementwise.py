@@ -26,7 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 import nvfuser_dtensor_backend as nb
-from helpers import DEVICE, assert_close, check_parity, fused_ops, randn, set_move_kernels
+from helpers import DEVICE, assert_close, check_parity, compile_fn, fused_ops, randn, set_move_kernels
 from nvfuser_dtensor_backend.region import NvFuserFallbackWarning
 
 aten = torch.ops.aten
@@ -844,9 +844,8 @@ def test_to_copy_without_a_set(monkeypatch, tmp_path, dtype):
         return x.to(other) * 2, x.to(dtype, copy=True), torch.ops.aten._to_copy(x)
 
     x = randn(6, 16, dtype=dtype)
-    torch._dynamo.reset()
     nb.clear_cache()
-    got = torch.compile(f, backend="nvfuser_dtensor", dynamic=False, options={"dump_dir": str(tmp_path)})(x)
+    got = compile_fn(f, dump_dir=str(tmp_path))(x)
     (definition,) = [p.read_text().split("# nvFuser IR:")[0] for p in tmp_path.glob("*.py")]
     assert f"fd.ops.cast(tv0, dtype=DataType.{name})" in definition, definition
     for g, e in zip(got, f(x)):
