@@ -9,10 +9,13 @@ is elementwise, so ``view(cast(x))`` is ``cast(view(x))``: with the view first, 
 value from outside the region and is left to PyTorch, and the region's first op is the cast
 of its input, which nvFuser recomputes in each segment that reads it. Rewritten, with
 ``NVFUSER_DTENSOR_INPUT_VIEWS_OUT=1`` (partition.INPUT_VIEWS_OUT), before partitioning, for a
-``view``/``_unsafe_view`` of a dtype-only ``_to_copy`` that nothing else reads, where the
+``view``/``_unsafe_view`` of a dtype-only *upcast* that nothing else reads, where the
 input can be viewed so (checked on its recorded value: a view of a padded or transposed
 tensor may not be possible) and the cast of the view gets the strides aten recorded for the
 view (Note [Output layout contract] in fusion.py). Chains of casts are walked one at a time.
+Only upcasts: a region's downcast before its output's view (ViT's GELU backward, bf16) would
+otherwise take that view in, a reshape nvFuser must then make, where it stayed out as a
+trailing view (Note [Region outputs are not views] in partition.py) and cost nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ def _swap(graph: fx.Graph, fake_mode, view: fx.Node) -> fx.Node | None:
         return None
     source, vsource, vview = cast.args[0], _val(cast.args[0]), _val(view)
     if not isinstance(source, fx.Node) or not isinstance(vsource, torch.Tensor) or not isinstance(vview, torch.Tensor):
+        return None
+    if vview.dtype.itemsize <= vsource.dtype.itemsize:  # not an upcast: a region's output side
         return None
     rest = fx.node.map_arg((view.args[1:], view.kwargs), _val)
     with fake_mode:

@@ -587,7 +587,7 @@ def test_split_far_joins_no_copy_alone(monkeypatch, dtype):
     assert regions[True] == [["aten.cos.default"], ["aten.relu.default"], ["aten.sin.default"]], regions
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])  # .float() upcasts
 def test_input_views_out_leaves_the_view_of_a_region_input_to_pytorch(monkeypatch, dtype):
     """NVFUSER_DTENSOR_INPUT_VIEWS_OUT (Note [Views of region inputs stay out]): the matmul's
     output, read by the region only as rows (an LM loss's ``view(logits, [-1, vocab])`` of an
@@ -610,7 +610,7 @@ def test_input_views_out_leaves_the_view_of_a_region_input_to_pytorch(monkeypatc
     assert others[0] == others[1]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])  # .float() upcasts
 def test_input_views_out_views_an_upcast_input_before_its_cast(monkeypatch, dtype):
     """Note [Views before casts]: an LM loss upcasts its logits, then views them as rows; with
     NVFUSER_DTENSOR_INPUT_VIEWS_OUT the view is made first, on the input, by PyTorch, and the
@@ -623,6 +623,33 @@ def test_input_views_out_views_an_upcast_input_before_its_cast(monkeypatch, dtyp
     regions = _regions_by_switch(monkeypatch, "INPUT_VIEWS_OUT", f, (randn(2, 6, 24, dtype=dtype),), dtype)
     assert "aten.view.default" in regions[False][0]
     assert "aten.view.default" not in regions[True][0], regions[True]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_input_views_out_keeps_a_view_that_no_cast_reads(monkeypatch, dtype):
+    """Note [Views of region inputs stay out]: only views that dtype casts alone read leave
+    their regions. A GEMM's output read as [batch, tokens, hidden] by a GELU stays a reshape in
+    the region, as without the switch (every view of an input out cost ViT-S/16's training
+    step twice its kernel time on an H100, session 42)."""
+    def f(x, w):
+        return torch.nn.functional.gelu((x @ w).view(2, 6, 48)) * 2, x.sum()
+
+    args = (randn(12, 16, dtype=dtype), randn(16, 48, dtype=dtype))
+    regions = _regions_by_switch(monkeypatch, "INPUT_VIEWS_OUT", f, args, dtype)
+    assert regions[True] == regions[False], regions
+    assert any("aten.view.default" in ops for ops in regions[True]), regions[True]
+
+
+def test_views_before_casts_leaves_a_downcast_before_an_output_view(monkeypatch):
+    """Note [Views before casts]: only upcasts are swapped with their views. A region's downcast
+    before the view of its output keeps the view after it, outside the region (a trailing view
+    PyTorch makes for free), as without the switch; values are eager's."""
+    def f(x):
+        return (x.sin() * 2).to(torch.bfloat16).view(-1, 8), x.cos().sum()
+
+    regions = _regions_by_switch(monkeypatch, "INPUT_VIEWS_OUT", f, (randn(6, 16),))
+    assert regions[True] == regions[False], regions
+    assert not any("aten.view.default" in ops for ops in regions[True]), regions[True]
 
 
 def test_views_before_casts_keeps_a_view_the_input_cannot_take(monkeypatch):
