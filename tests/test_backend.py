@@ -652,6 +652,22 @@ def test_views_before_casts_leaves_a_downcast_before_an_output_view(monkeypatch)
     assert not any("aten.view.default" in ops for ops in regions[True]), regions[True]
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_views_before_casts_casts_down_before_a_view(monkeypatch, dtype):
+    """Note [Views before casts]: a loss backward's ``_to_copy(view(grad_rows))`` (a downcast of
+    the float gradient viewed back to [batch, seq, vocab]) becomes ``view(_to_copy(grad_rows))``,
+    so the view trails the region and PyTorch makes it; values are eager's both ways."""
+    def f(x):
+        rows = x.float().view(-1, 24)
+        g = (rows - rows.amax(-1, keepdim=True)).exp()
+        return g.view(2, 6, 24).to(dtype)
+
+    x = randn(2, 6, 24, dtype=dtype)
+    regions = _regions_by_switch(monkeypatch, "INPUT_VIEWS_OUT", f, (x,), dtype)
+    assert any("aten.view.default" in ops for ops in regions[False]), regions[False]
+    assert not any("aten.view.default" in ops for ops in regions[True]), regions[True]
+
+
 def test_views_before_casts_keeps_a_view_the_input_cannot_take(monkeypatch):
     """Note [Views before casts]: the cast of a slice is dense, and its view splits and merges
     rows that the slice's strides cannot; that view stays after the cast, and values are

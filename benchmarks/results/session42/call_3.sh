@@ -2,7 +2,7 @@
 #   source .device/setup.sh && source scripts/gpu_prelude.sh $OUT/prelude && bash benchmarks/results/session42/call_3.sh > $OUT/call_3.log 2>&1
 # Both switches on, NVFUSER_DTENSOR_CAST_WITHOUT_SET=1 and NVFUSER_DTENSOR_INPUT_VIEWS_OUT=1, the
 # latter narrowed after call 2 (only views that dtype casts alone read leave their regions;
-# only upcasts swap with their views):
+# only upcasts swap with their views, downcasts of views become views of downcasts):
 # 1. GPT-2's loss graph alone (the logits as they come): does the forward's 786 MB go?
 # 2. Beside it, every GPU test with both switches on (TESTS_S, default 250 s).
 # 3. Then GPT-2, Llama and ViT-S/16 training steps, three arms, each model in its own process,
