@@ -2,7 +2,8 @@
 graph's forward in the backend's dump; the loss and gradients are right both ways.
 NVFUSER_DTENSOR_INPUT_VIEWS_OUT (Note [Views before casts], Note [Views of region inputs stay
 out]): the definition reshapes the upcast logits into rows with the switch off and takes them
-as rows with it on. NVFUSER_DTENSOR_CAST_WITHOUT_SET (Note [Casts without a set]): the upcast
+as rows with it on, and the loss backward neither reshapes its input into rows nor its
+gradient back before the bf16 cast. NVFUSER_DTENSOR_CAST_WITHOUT_SET (Note [Casts without a set]): the upcast
 reads the fusion input only with the switch on."""
 
 from __future__ import annotations
@@ -59,3 +60,24 @@ def test_gpt2_loss_upcasts_its_logits_where_they_come_in(monkeypatch, tmp_path, 
     upcasts = re.findall(r"__bfloat2float\(T\d+_(\w)_", ir)
     assert ("g" in upcasts) == on, upcasts  # an upcast of a fusion input, not of its set
     assert_gpt2_step_right(got, model, ours, ref, ids)
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_gpt2_loss_backward_casts_its_gradient_before_the_view(monkeypatch, tmp_path, on):
+    """Note [Views before casts]: the loss backward views its float gradient back to [batch,
+    seq, vocab] and casts it to bf16; with NVFUSER_DTENSOR_INPUT_VIEWS_OUT the cast comes first
+    and the view trails the region, and the saved logits come in as rows: no reshape of vocab
+    wide rows is left in the backward's definition (two without the switch). The loss and
+    gradients are right both ways."""
+    from nvfuser_dtensor_backend import partition
+
+    monkeypatch.setattr(partition, "INPUT_VIEWS_OUT", on)
+    nb.clear_cache()  # a definition built by an earlier test is not dumped again
+    model, ours, ref, ids = tiny_bf16_gpt2()
+    compiled = compile_fn(ours, pad_matmuls=True, dump_dir=str(tmp_path))
+    got = compiled(input_ids=ids, labels=ids)
+    assert_gpt2_step_right(got, model, ours, ref, ids)  # runs the backward too
+    (loss,) = [t for t in (p.read_text() for p in tmp_path.glob("backward.*.py")) if "fd.ops.exp(" in t]
+    definition, _ = loss.split("# nvFuser IR:")
+    reshapes = re.findall(r"fd\.ops\.reshape\(tv\d+, new_shape=\[[^\]]*\b8201\]\)", definition)
+    assert len(reshapes) == (0 if on else 2), reshapes
