@@ -37,35 +37,44 @@ from .partition import VIEWS_OF_INPUTS  # the views that then leave their region
 aten = torch.ops.aten
 
 
-def _swap(graph: fx.Graph, fake_mode, view: fx.Node) -> fx.Node | None:
-    """``view(cast(x))`` replaced by ``cast(view(x))`` when exact and the layouts agree;
-    returns the new view, or None."""
-    cast = view.args[0]
-    if not is_dtype_cast(cast) or len(cast.users) != 1:
+def _commute(graph: fx.Graph, fake_mode, outer: fx.Node) -> fx.Node | None:
+    """``outer(inner(x))`` replaced by ``inner(outer(x))``, each with its own other arguments,
+    where ``inner`` has no other reader and the result has the value's recorded shape, strides
+    and dtype; returns the new ``outer(x)``, or None."""
+    inner = outer.args[0]
+    if len(inner.users) != 1:
         return None
-    source, vsource, vview = cast.args[0], _val(cast.args[0]), _val(view)
-    if not isinstance(source, fx.Node) or not isinstance(vsource, torch.Tensor) or not isinstance(vview, torch.Tensor):
+    source, vsource, vout = inner.args[0], _val(inner.args[0]), _val(outer)
+    if not isinstance(source, fx.Node) or not isinstance(vsource, torch.Tensor) or not isinstance(vout, torch.Tensor):
         return None
-    if vview.dtype.itemsize <= vsource.dtype.itemsize:  # not an upcast: a region's output side
+    if vout.device != vsource.device:
         return None
-    rest = fx.node.map_arg((view.args[1:], view.kwargs), _val)
+    outer_rest, inner_rest = (fx.node.map_arg((n.args[1:], n.kwargs), _val) for n in (outer, inner))
     with fake_mode:
         try:
-            vfirst = view.target(vsource, *rest[0], **rest[1])
+            vfirst = outer.target(vsource, *outer_rest[0], **outer_rest[1])
+            vsecond = inner.target(vfirst, *inner_rest[0], **inner_rest[1])
         except (RuntimeError, ValueError):  # not viewable so: aten's graph would have copied
             return None
-        vcast = aten._to_copy.default(vfirst, **cast.kwargs)
-    if vcast.shape != vview.shape or vcast.stride() != vview.stride() or vcast.dtype != vview.dtype:
+    if vsecond.shape != vout.shape or vsecond.stride() != vout.stride() or vsecond.dtype != vout.dtype:
         return None
-    with graph.inserting_before(view):
-        first = graph.call_function(view.target, (source, *view.args[1:]), dict(view.kwargs))
-        recast = graph.call_function(cast.target, (first,), dict(cast.kwargs))
-    first.meta = {**view.meta, "val": vfirst}
-    recast.meta = {**cast.meta, "val": vcast}
-    view.replace_all_uses_with(recast)
-    graph.erase_node(view)
-    graph.erase_node(cast)
+    with graph.inserting_before(outer):
+        first = graph.call_function(outer.target, (source, *outer.args[1:]), dict(outer.kwargs))
+        second = graph.call_function(inner.target, (first, *inner.args[1:]), dict(inner.kwargs))
+    first.meta = {**outer.meta, "val": vfirst}
+    second.meta = {**inner.meta, "val": vsecond}
+    outer.replace_all_uses_with(second)
+    graph.erase_node(outer)
+    graph.erase_node(inner)
     return first
+
+
+def _widening(cast: fx.Node) -> int:
+    """Bytes per element ``cast`` adds (negative: a downcast; 0 where unknown)."""
+    src, out = _val(cast.args[0]), _val(cast)
+    if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return 0
+    return out.dtype.itemsize - src.dtype.itemsize
 
 
 def _is_cast(node) -> bool:
@@ -76,44 +85,26 @@ def _is_cast(node) -> bool:
             and node.kwargs.get("layout") in (None, torch.strided))
 
 
+def _view_first(graph: fx.Graph, fake_mode, view: fx.Node) -> fx.Node | None:
+    """``view(upcast(x))`` replaced by ``upcast(view(x))``; returns the new view, or None."""
+    cast = view.args[0]
+    if not is_dtype_cast(cast) or _widening(cast) <= 0:  # not an upcast: a region's output side
+        return None
+    return _commute(graph, fake_mode, view)
+
+
 def _cast_first(graph: fx.Graph, fake_mode, cast: fx.Node) -> fx.Node | None:
-    """A downcast ``cast(view(x))`` replaced by ``view(cast(x))`` when exact and the layouts
-    agree; returns the new cast, or None."""
-    view = cast.args[0] if _is_cast(cast) else None
-    if not isinstance(view, fx.Node) or view.target not in VIEWS_OF_INPUTS or len(view.users) != 1:
+    """``downcast(view(x))`` replaced by ``view(downcast(x))``; returns the new cast, or None."""
+    view = cast.args[0]
+    if not isinstance(view, fx.Node) or view.target not in VIEWS_OF_INPUTS or _widening(cast) >= 0:
         return None
-    source, vsource, vcast = view.args[0], _val(view.args[0]), _val(cast)
-    if not isinstance(source, fx.Node) or not isinstance(vsource, torch.Tensor) or not isinstance(vcast, torch.Tensor):
-        return None
-    if vcast.device != vsource.device:
-        return None
-    if vcast.dtype.itemsize >= vsource.dtype.itemsize:  # not a downcast
-        return None
-    rest = fx.node.map_arg((view.args[1:], view.kwargs), _val)
-    with fake_mode:
-        vfirst = aten._to_copy.default(vsource, **cast.kwargs)
-        try:
-            vview = view.target(vfirst, *rest[0], **rest[1])
-        except (RuntimeError, ValueError):
-            return None
-    if vview.shape != vcast.shape or vview.stride() != vcast.stride() or vview.dtype != vcast.dtype:
-        return None
-    with graph.inserting_before(cast):
-        first = graph.call_function(cast.target, (source,), dict(cast.kwargs))
-        reviewed = graph.call_function(view.target, (first, *view.args[1:]), dict(view.kwargs))
-    first.meta = {**cast.meta, "val": vfirst}
-    reviewed.meta = {**view.meta, "val": vview}
-    cast.replace_all_uses_with(reviewed)
-    graph.erase_node(cast)
-    graph.erase_node(view)
-    return first
+    return _commute(graph, fake_mode, cast)
 
 
 def views_before_casts(gm: fx.GraphModule) -> int:
     """Every ``view(upcast(x))`` and ``downcast(view(x))`` of ``gm`` that may be, rewritten
     (Note [Views before casts]); returns how many."""
-    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
-    views = [n for n in nodes if n.target in VIEWS_OF_INPUTS]
+    views = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in VIEWS_OF_INPUTS]
     if not views:
         return 0
     fake_mode = detect_fake_mode([_val(n) for n in gm.graph.nodes if n.op == "placeholder"])
@@ -121,7 +112,7 @@ def views_before_casts(gm: fx.GraphModule) -> int:
         return 0
     swapped = 0
     for view in views:
-        while (view := _swap(gm.graph, fake_mode, view)) is not None:  # then the cast before it
+        while (view := _view_first(gm.graph, fake_mode, view)) is not None:  # then the cast before it
             swapped += 1
     for cast in [n for n in gm.graph.nodes if _is_cast(n)]:
         while (cast := _cast_first(gm.graph, fake_mode, cast)) is not None:  # then the view before it
