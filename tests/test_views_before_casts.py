@@ -3,8 +3,8 @@ graph's forward in the backend's dump; the loss and gradients are right both way
 NVFUSER_DTENSOR_INPUT_VIEWS_OUT (Note [Views before casts], Note [Views of region inputs stay
 out]): the definition reshapes the upcast logits into rows with the switch off and takes them
 as rows with it on, and the loss backward neither reshapes its input into rows nor its
-gradient back before the bf16 cast. NVFUSER_DTENSOR_CAST_WITHOUT_SET (Note [Casts without a set]): the upcast
-reads the fusion input only with the switch on."""
+gradient back before the bf16 cast. NVFUSER_DTENSOR_CAST_WITHOUT_SET (Note [Casts without a
+set]): the upcast reads the fusion input only with the switch on."""
 
 from __future__ import annotations
 
@@ -17,16 +17,17 @@ import nvfuser_dtensor_backend as nb
 from helpers import assert_gpt2_step_right, compile_fn, tiny_bf16_gpt2
 
 
-def _loss_forward(dump_dir) -> tuple[str, str]:
-    """The loss forward's dumped definition and its nvFuser IR."""
-    (loss,) = [t for t in (p.read_text() for p in dump_dir.glob("forward.*.py")) if "fd.ops.max(" in t]
+def _loss_region(dump_dir, graph: str = "forward", marker: str = "fd.ops.max(") -> tuple[str, str]:
+    """The dumped definition of the loss region of ``graph`` (the one with ``marker``) and its
+    nvFuser IR."""
+    (loss,) = [t for t in (p.read_text() for p in dump_dir.glob(f"{graph}.*.py")) if marker in t]
     definition, ir = loss.split("# nvFuser IR:")
     return definition, ir
 
 
 def _row_reshapes(dump_dir, vocab: int) -> int:
     """Reshapes into rows of ``vocab`` (or its padded width) in the loss forward's definition."""
-    definition, _ = _loss_forward(dump_dir)
+    definition, _ = _loss_region(dump_dir)
     widths = re.findall(r"fd\.ops\.reshape\(tv\d+, new_shape=\[\w+, (\d+)\]\)", definition)
     return sum(int(w) >= vocab for w in widths)
 
@@ -56,7 +57,7 @@ def test_gpt2_loss_upcasts_its_logits_where_they_come_in(monkeypatch, tmp_path, 
     model, ours, ref, ids = tiny_bf16_gpt2()
     compiled = compile_fn(ours, pad_matmuls=True, dump_dir=str(tmp_path))
     got = compiled(input_ids=ids, labels=ids)
-    _, ir = _loss_forward(tmp_path)
+    _, ir = _loss_region(tmp_path)
     upcasts = re.findall(r"__bfloat2float\(T\d+_(\w)_", ir)
     assert ("g" in upcasts) == on, upcasts  # an upcast of a fusion input, not of its set
     assert_gpt2_step_right(got, model, ours, ref, ids)
@@ -77,7 +78,6 @@ def test_gpt2_loss_backward_casts_its_gradient_before_the_view(monkeypatch, tmp_
     compiled = compile_fn(ours, pad_matmuls=True, dump_dir=str(tmp_path))
     got = compiled(input_ids=ids, labels=ids)
     assert_gpt2_step_right(got, model, ours, ref, ids)  # runs the backward too
-    (loss,) = [t for t in (p.read_text() for p in tmp_path.glob("backward.*.py")) if "fd.ops.exp(" in t]
-    definition, _ = loss.split("# nvFuser IR:")
+    definition, _ = _loss_region(tmp_path, "backward", "fd.ops.exp(")
     reshapes = re.findall(r"fd\.ops\.reshape\(tv\d+, new_shape=\[[^\]]*\b8201\]\)", definition)
     assert len(reshapes) == (0 if on else 2), reshapes
