@@ -21,11 +21,15 @@ def val(node):
     return node.meta.get("val") if isinstance(node, fx.Node) else None
 
 
-def is_dtype_cast(node) -> bool:
+def is_dtype_cast(node, named_device: bool = False) -> bool:
     """``node`` is ``_to_copy(x)`` changing at most the dtype: no device, layout or memory
-    format of its own."""
+    format of its own. With ``named_device`` it may also name a device and a strided layout,
+    as AOTAutograd's backward casts do (whether the device is the input's is for the caller to
+    check on the values)."""
+    named = {"dtype", "layout", "device"} if named_device else {"dtype"}
     return (isinstance(node, fx.Node) and node.op == "call_function" and node.target is aten._to_copy.default
-            and len(node.args) == 1 and set(node.kwargs) <= {"dtype"})
+            and len(node.args) == 1 and set(node.kwargs) <= named
+            and node.kwargs.get("layout") in (None, torch.strided))
 
 
 def is_random_op(target) -> bool:

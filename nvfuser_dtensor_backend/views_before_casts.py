@@ -34,8 +34,6 @@ from .fx_nodes import is_dtype_cast, rewritten
 from .fx_nodes import val as _val
 from .partition import VIEWS_OF_INPUTS  # the views that then leave their regions
 
-aten = torch.ops.aten
-
 
 def _commute(graph: fx.Graph, fake_mode, outer: fx.Node) -> fx.Node | None:
     """``outer(inner(x))`` replaced by ``inner(outer(x))``, each with its own other arguments,
@@ -77,14 +75,6 @@ def _widening(cast: fx.Node) -> int:
     return out.dtype.itemsize - src.dtype.itemsize
 
 
-def _is_cast(node) -> bool:
-    """``node`` is ``_to_copy(x)`` changing the dtype and naming at most its device and a
-    strided layout (AOTAutograd's backward casts so; the device is checked on the values)."""
-    return (isinstance(node, fx.Node) and node.op == "call_function" and node.target is aten._to_copy.default
-            and len(node.args) == 1 and set(node.kwargs) <= {"dtype", "layout", "device"}
-            and node.kwargs.get("layout") in (None, torch.strided))
-
-
 def _view_first(graph: fx.Graph, fake_mode, view: fx.Node) -> fx.Node | None:
     """``view(upcast(x))`` replaced by ``upcast(view(x))``; returns the new view, or None."""
     cast = view.args[0]
@@ -114,7 +104,7 @@ def views_before_casts(gm: fx.GraphModule) -> int:
     for view in views:
         while (view := _view_first(gm.graph, fake_mode, view)) is not None:  # then the cast before it
             swapped += 1
-    for cast in [n for n in gm.graph.nodes if _is_cast(n)]:
+    for cast in [n for n in gm.graph.nodes if is_dtype_cast(n, named_device=True)]:  # _commute checks the device
         while (cast := _cast_first(gm.graph, fake_mode, cast)) is not None:  # then the view before it
             swapped += 1
     if swapped:
